@@ -1,0 +1,714 @@
+//! The agent loop: upstream round → tool calls → policy → tools → repeat, until the model
+//! answers without calling a server-side tool.
+//!
+//! [`Engine::start`] spawns one run and returns a [`RunHandle`] whose channel carries
+//! [`RunEvent`]s in order; the HTTP layer turns them into SSE or a JSON body, the `run`
+//! command into terminal output. Dropping the handle cancels the run: the upstream request is
+//! dropped (closing its connection) and running tools see the cancellation token.
+//!
+//! Invariants: a retry only happens when nothing of the failed attempt reached the client;
+//! every assistant tool call in the conversation is followed by exactly one tool message; a
+//! tool problem never ends the run (it becomes a tool message); the run never sends more than
+//! `agent.max_rounds + 1` upstream requests.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::Instrument;
+
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::openai::{
+    ChatRequest, ToolCall, Usage, assistant_message, tool_message, tool_spec_name,
+};
+use crate::policy::Policy;
+use crate::tools::registry::{Outcome, Status};
+use crate::tools::{Registry, ToolEnv, spec_json};
+use crate::upstream::accumulate::{Accumulator, Piece, Round};
+use crate::upstream::{Upstream, UpstreamError, demo};
+use crate::workspace::Workspace;
+
+/// What a run reports, in order. The last event is `Done` or `Failed`.
+#[derive(Debug, Clone)]
+pub enum RunEvent {
+    /// Assistant text, as it arrives (non-streaming runs send each round's text whole).
+    Content(String),
+    /// Reasoning text (`reasoning_content`), kept apart from the answer.
+    Reasoning(String),
+    /// A server-side tool call is about to run.
+    ToolStarted {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    /// It finished.
+    ToolFinished {
+        id: String,
+        name: String,
+        status: Status,
+        duration: Duration,
+        result_bytes: usize,
+    },
+    /// Calls of the client's own tools, handed back (`finish_reason: "tool_calls"`).
+    ClientToolCalls(Vec<ToolCall>),
+    Done {
+        finish_reason: String,
+        usage: Usage,
+        model: String,
+        rounds: u32,
+    },
+    Failed(ApiError),
+}
+
+/// Per-run choices made by the caller.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub run_id: String,
+    /// Forward text as it arrives (streaming clients); otherwise a round's text is sent once
+    /// the round has completed, which also lets failed attempts be retried at any point.
+    pub live: bool,
+}
+
+/// A running conversation. Dropping it cancels the run.
+pub struct RunHandle {
+    pub events: mpsc::Receiver<RunEvent>,
+    pub run_id: String,
+    _cancel: DropGuard,
+}
+
+/// Everything a run needs, shared by all runs of a server.
+pub struct Engine {
+    pub config: Config,
+    pub upstream: Upstream,
+    pub registry: Registry,
+    pub workspace: Arc<Workspace>,
+    tools_config: Arc<crate::config::ToolsConfig>,
+}
+
+impl Engine {
+    pub fn new(config: Config) -> Result<Engine, String> {
+        let workspace =
+            Workspace::open(&config.workspace, &config.sensitive_files).map_err(|e| {
+                format!(
+                    "cannot open the workspace {}: {e}",
+                    config.workspace.display()
+                )
+            })?;
+        let policy = Policy::new(&config.policy)?;
+        let upstream = Upstream::from_config(config.upstream.as_ref())?;
+        Ok(Engine {
+            tools_config: Arc::new(config.tools.clone()),
+            registry: Registry::new(policy),
+            workspace: Arc::new(workspace),
+            upstream,
+            config,
+        })
+    }
+
+    /// Starts a run in the background.
+    pub fn start(self: &Arc<Self>, req: ChatRequest, opts: RunOptions) -> RunHandle {
+        let (tx, rx) = mpsc::channel(256);
+        let cancel = CancellationToken::new();
+        let engine = Arc::clone(self);
+        let token = cancel.clone();
+        let run_id = opts.run_id.clone();
+        let span = tracing::info_span!("run", run_id = %run_id);
+        tokio::spawn(
+            async move {
+                let run = Run {
+                    engine: &engine,
+                    opts: &opts,
+                    tx: &tx,
+                    cancel: &token,
+                };
+                tokio::select! {
+                    _ = token.cancelled() => {
+                        tracing::info!("run cancelled: the client went away");
+                    }
+                    r = run.run(req) => {
+                        if let Err(e) = r {
+                            if !matches!(e, RunError::ClientGone) {
+                                tracing::warn!(error = %e.message(), "run failed");
+                                let _ = tx.send(RunEvent::Failed(e.into_api())).await;
+                            }
+                        }
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        RunHandle {
+            events: rx,
+            run_id,
+            _cancel: cancel.drop_guard(),
+        }
+    }
+
+    /// The model name reported to the client: what it asked for, else what is used.
+    pub fn shown_model(&self, req: &ChatRequest) -> String {
+        req.model
+            .clone()
+            .or_else(|| self.config.agent.model.clone())
+            .unwrap_or_else(|| {
+                if self.upstream.is_demo() {
+                    demo::MODEL.to_string()
+                } else {
+                    "unknown".to_string()
+                }
+            })
+    }
+
+    /// The model list for `GET /v1/models`.
+    pub async fn models(&self) -> Result<Value, ApiError> {
+        match self.upstream.models().await {
+            Ok(v) => Ok(v),
+            Err(e) => match &self.config.agent.model {
+                // The upstream has no list (or failed): show the configured model.
+                Some(m) => {
+                    tracing::warn!(error = %e, "upstream GET /models failed; listing the configured model");
+                    Ok(serde_json::json!({"object": "list", "data": [
+                        {"id": m, "object": "model", "created": 0, "owned_by": "upstream"}]}))
+                }
+                None => Err(e.to_api_error()),
+            },
+        }
+    }
+}
+
+#[derive(Debug)]
+enum RunError {
+    /// The event receiver is gone: nobody is listening, stop quietly.
+    ClientGone,
+    Api(ApiError),
+}
+
+impl RunError {
+    fn message(&self) -> String {
+        match self {
+            RunError::ClientGone => "client gone".into(),
+            RunError::Api(e) => e.to_string(),
+        }
+    }
+    fn into_api(self) -> ApiError {
+        match self {
+            RunError::ClientGone => ApiError::internal("client gone"),
+            RunError::Api(e) => e,
+        }
+    }
+}
+
+/// Which tool names the model is offered, and who executes them.
+struct Offer {
+    /// Specs sent upstream.
+    specs: Vec<Value>,
+    /// Executed here.
+    server: HashSet<String>,
+    /// Passed back to the client.
+    client: HashSet<String>,
+}
+
+impl Offer {
+    fn new(engine: &Engine, req: &ChatRequest) -> Offer {
+        let reg = &engine.registry;
+        let mut offer = Offer {
+            specs: Vec::new(),
+            server: HashSet::new(),
+            client: HashSet::new(),
+        };
+        match &req.tools {
+            Some(tools) => {
+                for spec in tools {
+                    let Some(name) = tool_spec_name(spec) else {
+                        offer.specs.push(spec.clone());
+                        continue;
+                    };
+                    // The IDE knows its open file; without one in the request, let it answer.
+                    let client_knows_better =
+                        name == "read_currently_open_file" && req.current_file.is_none();
+                    if reg.get(name).is_some() && !client_knows_better {
+                        if reg.is_enabled(name) {
+                            offer.server.insert(name.to_string());
+                            offer.specs.push(spec.clone());
+                        }
+                    } else {
+                        offer.client.insert(name.to_string());
+                        offer.specs.push(spec.clone());
+                    }
+                }
+            }
+            None => {
+                let wanted = engine.config.agent.default_tools.as_ref();
+                for tool in reg.tools() {
+                    let name = tool.name();
+                    if wanted.is_some_and(|w| !w.iter().any(|n| n == name)) {
+                        continue;
+                    }
+                    if reg.is_enabled(name) {
+                        offer.server.insert(name.to_string());
+                        offer.specs.push(spec_json(tool));
+                    }
+                }
+            }
+        }
+        offer
+    }
+}
+
+struct Run<'a> {
+    engine: &'a Engine,
+    opts: &'a RunOptions,
+    tx: &'a mpsc::Sender<RunEvent>,
+    cancel: &'a CancellationToken,
+}
+
+/// The end of the text sent so far, to separate the text of consecutive rounds.
+#[derive(Default)]
+struct TextTail {
+    sent_any: bool,
+    newlines_at_end: usize,
+}
+
+impl TextTail {
+    fn separator(&self) -> &'static str {
+        if !self.sent_any {
+            ""
+        } else {
+            match self.newlines_at_end {
+                0 => "\n\n",
+                1 => "\n",
+                _ => "",
+            }
+        }
+    }
+    fn note(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.sent_any = true;
+        let trailing = text.len() - text.trim_end_matches('\n').len();
+        if trailing == text.len() {
+            self.newlines_at_end += trailing;
+        } else {
+            self.newlines_at_end = trailing;
+        }
+    }
+}
+
+impl Run<'_> {
+    async fn send(&self, ev: RunEvent) -> Result<(), RunError> {
+        self.tx.send(ev).await.map_err(|_| RunError::ClientGone)
+    }
+
+    async fn run(&self, req: ChatRequest) -> Result<(), RunError> {
+        let engine = self.engine;
+        let model = match (
+            &engine.config.agent.model,
+            &req.model,
+            engine.upstream.is_demo(),
+        ) {
+            (_, _, true) => demo::MODEL.to_string(),
+            (Some(m), _, _) => m.clone(),
+            (None, Some(m), _) => m.clone(),
+            (None, None, false) => {
+                return Err(RunError::Api(ApiError::invalid(
+                    "model",
+                    "`model` is required: name the upstream model in the request, or start \
+                     toolpilot with --model NAME",
+                )));
+            }
+        };
+        let shown_model = engine.shown_model(&req);
+        if engine.upstream.is_demo() {
+            tracing::warn!("no upstream configured: the built-in demo model answers this run");
+        }
+        let offer = Offer::new(engine, &req);
+        let env = ToolEnv {
+            workspace: Arc::clone(&engine.workspace),
+            config: Arc::clone(&engine.tools_config),
+            current_file: req.current_file.clone(),
+            cancel: self.cancel.clone(),
+        };
+        let max_rounds = engine.config.agent.max_rounds;
+        let mut messages = req.messages.clone();
+        let mut usage = Usage::default();
+        let mut tail = TextTail::default();
+        let mut seen: HashMap<(String, String), String> = HashMap::new();
+        let mut round_no = 0u32;
+        loop {
+            round_no += 1;
+            let tools_allowed = round_no <= max_rounds;
+            let request_usage = engine
+                .config
+                .upstream
+                .as_ref()
+                .is_none_or(|u| u.request_usage);
+            let body = build_body(
+                &req,
+                &model,
+                &messages,
+                tools_allowed.then_some(&offer.specs),
+                request_usage,
+            );
+            let round = self.round_with_retries(&body, &mut tail).await?;
+            if let Some(u) = &round.usage {
+                usage.add(u);
+            }
+            if !self.opts.live {
+                if !round.reasoning.is_empty() {
+                    self.send(RunEvent::Reasoning(round.reasoning.clone()))
+                        .await?;
+                }
+                if !round.content.is_empty() {
+                    let sep = tail.separator();
+                    let text = format!("{sep}{}", round.content);
+                    tail.note(&text);
+                    self.send(RunEvent::Content(text)).await?;
+                }
+            }
+            if round.tool_calls.is_empty() || !tools_allowed {
+                if !round.tool_calls.is_empty() {
+                    tracing::warn!(
+                        "the model called tools after the last allowed round; ignoring them"
+                    );
+                }
+                let finish_reason = match round.finish_reason.as_deref() {
+                    Some("length") => "length",
+                    Some("content_filter") => "content_filter",
+                    _ => "stop",
+                }
+                .to_string();
+                return self
+                    .send(RunEvent::Done {
+                        finish_reason,
+                        usage,
+                        model: shown_model,
+                        rounds: round_no,
+                    })
+                    .await;
+            }
+
+            messages.push(assistant_message(&round.content, &round.tool_calls));
+            let mut client_calls = Vec::new();
+            let mut server_calls = Vec::new();
+            for call in &round.tool_calls {
+                if offer.server.contains(&call.name) {
+                    server_calls.push(call.clone());
+                } else if offer.client.contains(&call.name) {
+                    client_calls.push(call.clone());
+                } else {
+                    server_calls.push(call.clone());
+                }
+            }
+            let results = self
+                .run_tools(&server_calls, &offer, &env, &mut seen)
+                .await?;
+            let last_round_with_tools = round_no == max_rounds;
+            let n = results.len();
+            for (i, (call, mut content)) in server_calls.iter().zip(results).enumerate() {
+                if last_round_with_tools && i + 1 == n && client_calls.is_empty() {
+                    content.push_str(&format!(
+                        "\n\n[toolpilot: this was the last tool round allowed for this request \
+                         (agent.max_rounds = {max_rounds}). Answer now with what you have; \
+                         further tool calls will not run.]"
+                    ));
+                }
+                messages.push(tool_message(&call.id, content));
+            }
+            if !client_calls.is_empty() {
+                self.send(RunEvent::ClientToolCalls(client_calls)).await?;
+                return self
+                    .send(RunEvent::Done {
+                        finish_reason: "tool_calls".into(),
+                        usage,
+                        model: shown_model,
+                        rounds: round_no,
+                    })
+                    .await;
+            }
+        }
+    }
+
+    /// One round, retried with backoff on retryable failures as long as nothing of the
+    /// failed attempt was forwarded to the client.
+    async fn round_with_retries(
+        &self,
+        body: &Value,
+        tail: &mut TextTail,
+    ) -> Result<Round, RunError> {
+        let retry = self
+            .engine
+            .config
+            .upstream
+            .as_ref()
+            .map(|u| (u.max_retries, u.retry_base, u.retry_max_wait));
+        let (max_retries, base, cap) = retry.unwrap_or((0, Duration::ZERO, Duration::ZERO));
+        let mut attempt = 0u32;
+        loop {
+            let mut forwarded = false;
+            match self.one_round(body, tail, &mut forwarded).await {
+                Ok(round) => return Ok(round),
+                Err(RoundError::ClientGone) => return Err(RunError::ClientGone),
+                Err(RoundError::Upstream(e)) => {
+                    if e.retryable() && !forwarded && attempt < max_retries {
+                        let wait = backoff(attempt, e.retry_after(), base, cap);
+                        tracing::warn!(error = %e, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "upstream round failed; retrying");
+                        attempt += 1;
+                        tokio::time::sleep(wait).await;
+                        continue;
+                    }
+                    tracing::warn!(error = %e, attempts = attempt + 1, "upstream round failed");
+                    return Err(RunError::Api(e.to_api_error()));
+                }
+            }
+        }
+    }
+
+    async fn one_round(
+        &self,
+        body: &Value,
+        tail: &mut TextTail,
+        forwarded: &mut bool,
+    ) -> Result<Round, RoundError> {
+        let mut stream = self.engine.upstream.start(body).await?;
+        let mut acc = Accumulator::new();
+        let mut pieces = Vec::new();
+        let mut first_text = true;
+        while let Some((event, data)) = stream.next_data().await? {
+            acc.push_data(event.as_deref(), &data, &mut pieces)?;
+            if self.opts.live {
+                for p in pieces.drain(..) {
+                    let ev = match p {
+                        Piece::Content(mut t) => {
+                            if first_text {
+                                first_text = false;
+                                t.insert_str(0, tail.separator());
+                            }
+                            tail.note(&t);
+                            RunEvent::Content(t)
+                        }
+                        Piece::Reasoning(t) => RunEvent::Reasoning(t),
+                    };
+                    *forwarded = true;
+                    self.tx.send(ev).await.map_err(|_| RoundError::ClientGone)?;
+                }
+            } else {
+                pieces.clear();
+            }
+            // Some servers keep the connection open after [DONE]; do not wait for it to close.
+            if acc.is_done() {
+                break;
+            }
+        }
+        Ok(acc.finish()?)
+    }
+
+    /// Runs the server-side calls of one round. Consecutive read-only calls run concurrently;
+    /// results keep the model's order.
+    async fn run_tools(
+        &self,
+        calls: &[ToolCall],
+        offer: &Offer,
+        env: &ToolEnv,
+        seen: &mut HashMap<(String, String), String>,
+    ) -> Result<Vec<String>, RunError> {
+        let reg = &self.engine.registry;
+        let approve = self.engine.config.agent.approve_asks;
+        let detect = self.engine.config.agent.detect_repeats;
+        let mut results: Vec<Option<String>> = vec![None; calls.len()];
+        let mut i = 0;
+        while i < calls.len() {
+            // A batch: one non-read-only call, or a run of read-only ones.
+            let mut j = i + 1;
+            if reg.read_only(&calls[i].name) {
+                while j < calls.len() && reg.read_only(&calls[j].name) {
+                    j += 1;
+                }
+            }
+            let mut batch = Vec::new();
+            for (k, call) in calls.iter().enumerate().take(j).skip(i) {
+                if !offer.server.contains(&call.name) {
+                    results[k] = Some(unknown_tool_message(&call.name, offer));
+                    continue;
+                }
+                let key = (call.name.clone(), canonical_args(&call.arguments));
+                if detect {
+                    if let Some(earlier) = seen.get(&key) {
+                        tracing::info!(tool = %call.name, "repeated identical tool call; not running it again");
+                        results[k] = Some(format!(
+                            "You already called {} with exactly these arguments (tool call {earlier}) \
+                             and nothing has changed since, so the result is the same as that one \
+                             above. Use it, or try something different.",
+                            call.name
+                        ));
+                        continue;
+                    }
+                    seen.insert(key, call.id.clone());
+                }
+                batch.push(k);
+            }
+            for &k in &batch {
+                let c = &calls[k];
+                self.send(RunEvent::ToolStarted {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                })
+                .await?;
+            }
+            let outcomes: Vec<Outcome> =
+                join_all(batch.iter().map(|&k| reg.dispatch(&calls[k], env, approve))).await;
+            for (&k, outcome) in batch.iter().zip(outcomes) {
+                let c = &calls[k];
+                tracing::info!(tool = %c.name, status = outcome.status.label(), ms = outcome.duration.as_millis() as u64, bytes = outcome.content.len(), "tool call finished");
+                self.send(RunEvent::ToolFinished {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    status: outcome.status,
+                    duration: outcome.duration,
+                    result_bytes: outcome.content.len(),
+                })
+                .await?;
+                results[k] = Some(outcome.content);
+            }
+            if !reg.read_only(&calls[i].name) && offer.server.contains(&calls[i].name) {
+                // The workspace may have changed: earlier results are no longer current.
+                seen.clear();
+            }
+            i = j;
+        }
+        Ok(results.into_iter().map(Option::unwrap_or_default).collect())
+    }
+}
+
+#[derive(Debug)]
+enum RoundError {
+    ClientGone,
+    Upstream(UpstreamError),
+}
+
+impl From<UpstreamError> for RoundError {
+    fn from(e: UpstreamError) -> Self {
+        RoundError::Upstream(e)
+    }
+}
+
+fn unknown_tool_message(name: &str, offer: &Offer) -> String {
+    let mut names: Vec<&str> = offer
+        .server
+        .iter()
+        .chain(offer.client.iter())
+        .map(String::as_str)
+        .collect();
+    names.sort_unstable();
+    format!(
+        "There is no tool named {name:?} in this conversation, so nothing was run. The tools \
+         you can call are: {}.",
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    )
+}
+
+fn canonical_args(raw: &str) -> String {
+    crate::tools::args::Args::parse(raw)
+        .map(|a| a.canonical())
+        .unwrap_or_else(|_| raw.trim().to_string())
+}
+
+/// Exponential backoff with full jitter, or the server's `Retry-After`, capped.
+fn backoff(attempt: u32, retry_after: Option<Duration>, base: Duration, cap: Duration) -> Duration {
+    if let Some(ra) = retry_after {
+        return ra.min(cap);
+    }
+    let exp = base.saturating_mul(1u32 << attempt.min(16));
+    let exp = exp.min(cap);
+    // Between half and all of the exponential step.
+    let jitter = 0.5 + fastrand::f64() * 0.5;
+    exp.mul_f64(jitter)
+}
+
+/// The upstream request for one round: the client's fields, our model, the conversation so
+/// far and the offered tools (none on the final round).
+fn build_body(
+    req: &ChatRequest,
+    model: &str,
+    messages: &[Value],
+    tools: Option<&Vec<Value>>,
+    request_usage: bool,
+) -> Value {
+    let mut m: Map<String, Value> = req.extra.clone();
+    m.insert("model".into(), Value::from(model));
+    m.insert("messages".into(), Value::Array(messages.to_vec()));
+    m.insert("stream".into(), Value::Bool(true));
+    if request_usage {
+        m.insert(
+            "stream_options".into(),
+            serde_json::json!({"include_usage": true}),
+        );
+    }
+    match tools {
+        Some(specs) if !specs.is_empty() => {
+            m.insert("tools".into(), Value::Array(specs.clone()));
+        }
+        _ => {
+            m.remove("tools");
+            m.remove("tool_choice");
+            m.remove("parallel_tool_calls");
+        }
+    }
+    Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_of_rounds_is_separated_by_a_blank_line() {
+        let mut t = TextTail::default();
+        assert_eq!(t.separator(), "");
+        t.note("Looking");
+        assert_eq!(t.separator(), "\n\n");
+        t.note("\n");
+        assert_eq!(t.separator(), "\n");
+        t.note("\n");
+        assert_eq!(t.separator(), "");
+        t.note("x\n");
+        assert_eq!(t.separator(), "\n");
+    }
+
+    #[test]
+    fn backoff_honours_retry_after_and_caps() {
+        let cap = Duration::from_secs(5);
+        assert_eq!(
+            backoff(
+                0,
+                Some(Duration::from_secs(2)),
+                Duration::from_millis(100),
+                cap
+            ),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            backoff(
+                0,
+                Some(Duration::from_secs(60)),
+                Duration::from_millis(100),
+                cap
+            ),
+            cap
+        );
+        for attempt in 0..5 {
+            let d = backoff(attempt, None, Duration::from_millis(100), cap);
+            let full = Duration::from_millis(100 * (1 << attempt)).min(cap);
+            assert!(d >= full / 2 && d <= full, "{attempt}: {d:?}");
+        }
+    }
+}

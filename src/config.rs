@@ -1,0 +1,642 @@
+//! Configuration: defaults < TOML file < environment (`TOOLPILOT_*`) < command-line flags.
+//!
+//! The file is parsed into `ConfigFile` (every field optional, unknown keys rejected), the
+//! environment is merged into the same tree (`TOOLPILOT_AGENT__MAX_ROUNDS=10` sets
+//! `agent.max_rounds`), flags override last, and [`Config::resolve`] turns the result into a
+//! validated [`Config`] with no `Option`s left where a default exists. Every error names the
+//! key (or variable) and says what is accepted. `config.example.toml` documents every key.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::policy::Level;
+
+/// Flags shared by `serve`, `run` and `tools`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CommonArgs {
+    /// The workspace the tools work on
+    #[arg(long, env = "TOOLPILOT_WORKSPACE", value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// A TOML configuration file (see config.example.toml)
+    #[arg(long, env = "TOOLPILOT_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// OpenAI-compatible base URL of the model server, e.g. http://127.0.0.1:11434/v1
+    #[arg(long, env = "TOOLPILOT_UPSTREAM", value_name = "URL")]
+    pub upstream: Option<String>,
+    /// Model name sent upstream (overrides the client's `model`)
+    #[arg(long, env = "TOOLPILOT_MODEL", value_name = "NAME")]
+    pub model: Option<String>,
+    /// Approve every tool call whose policy is `ask` (never overrides `deny`)
+    #[arg(long, env = "TOOLPILOT_YES")]
+    pub yes: bool,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub workspace: PathBuf,
+    pub server: ServerConfig,
+    /// `None`: the built-in demo model answers.
+    pub upstream: Option<UpstreamConfig>,
+    pub agent: AgentConfig,
+    pub tools: ToolsConfig,
+    pub policy: PolicyConfig,
+    /// Gitignore-style patterns of files tools refuse to read (Continue's list by default).
+    pub sensitive_files: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    /// Required `Authorization: Bearer` token, read from the variable `bearer_token_env`.
+    pub bearer_token: Option<String>,
+    /// The variable the token was read from (for messages).
+    pub bearer_token_env: String,
+    /// Extra `Host` names accepted besides loopback names (for a non-loopback bind).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins allowed to call the API (none by default).
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    /// Longest silence on a stream before a keep-alive comment is sent.
+    pub keepalive: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// Base URL ending in a slash, e.g. `http://127.0.0.1:11434/v1/`.
+    pub base_url: url::Url,
+    pub api_key: Option<String>,
+    /// The variable the key came from, for messages (never the key itself).
+    pub api_key_source: Option<String>,
+    pub headers: Vec<(String, String)>,
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub total_timeout: Duration,
+    pub max_retries: u32,
+    pub retry_base: Duration,
+    pub retry_max_wait: Duration,
+    /// Ask the upstream for a usage chunk (`stream_options.include_usage`).
+    pub request_usage: bool,
+    pub max_response_bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Model sent upstream regardless of the client's `model` (`--model`).
+    pub model: Option<String>,
+    pub max_rounds: u32,
+    /// `--yes`: approve every `ask`.
+    pub approve_asks: bool,
+    /// Tools offered when the client sends no `tools`; `None` = every enabled built-in.
+    pub default_tools: Option<Vec<String>>,
+    pub detect_repeats: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ToolsConfig {
+    /// Most bytes of one tool result the model sees.
+    pub output_budget: usize,
+    pub grep_max_results: usize,
+    pub grep_context_lines: usize,
+    pub grep_max_per_file: usize,
+    pub glob_max_results: usize,
+    pub ls_max_entries: usize,
+    pub diff_max_lines: usize,
+    pub search_exclude: Vec<String>,
+    pub search_timeout: Duration,
+    pub git_timeout: Duration,
+    /// Files larger than this are skipped by grep (like minified bundles and dumps).
+    pub grep_max_file_bytes: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PolicyConfig {
+    /// Per-tool base policy overrides.
+    pub tools: BTreeMap<String, Level>,
+    pub allow: Vec<String>,
+    pub ask: Vec<String>,
+    pub deny: Vec<String>,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        ToolsConfig {
+            output_budget: 50_000,
+            grep_max_results: 100,
+            grep_context_lines: 2,
+            grep_max_per_file: 100,
+            glob_max_results: 200,
+            ls_max_entries: 200,
+            diff_max_lines: 5_000,
+            search_exclude: vec!["node_modules/".into(), "__pycache__/".into()],
+            search_timeout: Duration::from_secs(30),
+            git_timeout: Duration::from_secs(30),
+            grep_max_file_bytes: 20 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    workspace: Option<PathBuf>,
+    server: Option<ServerFile>,
+    upstream: Option<UpstreamFile>,
+    agent: Option<AgentFile>,
+    tools: Option<ToolsFile>,
+    policy: Option<PolicyFile>,
+    sensitive_files: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ServerFile {
+    bind: Option<String>,
+    bearer_token_env: Option<String>,
+    allowed_hosts: Option<Vec<String>>,
+    allowed_origins: Option<Vec<String>>,
+    max_body_bytes: Option<usize>,
+    keepalive_secs: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct UpstreamFile {
+    url: Option<String>,
+    model: Option<String>,
+    api_key_env: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+    connect_timeout_secs: Option<f64>,
+    first_byte_timeout_secs: Option<f64>,
+    idle_timeout_secs: Option<f64>,
+    total_timeout_secs: Option<f64>,
+    max_retries: Option<u32>,
+    retry_base_ms: Option<u64>,
+    retry_max_wait_secs: Option<f64>,
+    request_usage: Option<bool>,
+    max_response_bytes: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct AgentFile {
+    max_rounds: Option<u32>,
+    approve_asks: Option<bool>,
+    default_tools: Option<Vec<String>>,
+    detect_repeats: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ToolsFile {
+    output_budget: Option<usize>,
+    grep_max_results: Option<usize>,
+    grep_context_lines: Option<usize>,
+    grep_max_per_file: Option<usize>,
+    grep_max_file_bytes: Option<u64>,
+    glob_max_results: Option<usize>,
+    ls_max_entries: Option<usize>,
+    diff_max_lines: Option<usize>,
+    search_exclude: Option<Vec<String>>,
+    search_timeout_secs: Option<f64>,
+    git_timeout_secs: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    tools: Option<BTreeMap<String, String>>,
+    allow: Option<Vec<String>>,
+    ask: Option<Vec<String>>,
+    deny: Option<Vec<String>>,
+}
+
+/// A configuration error, naming the key or variable at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+fn err(msg: impl Into<String>) -> ConfigError {
+    ConfigError(msg.into())
+}
+
+impl Config {
+    /// Loads the configuration for the current process: the file named by `--config`
+    /// (or `TOOLPILOT_CONFIG`), the process environment, then the flags.
+    pub fn load(args: &CommonArgs) -> Result<Config, ConfigError> {
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        Config::load_from(args, &env)
+    }
+
+    /// Like [`Config::load`] with an explicit environment (for tests).
+    pub fn load_from(args: &CommonArgs, env: &[(String, String)]) -> Result<Config, ConfigError> {
+        let mut table = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| err(format!("cannot read config file {}: {e}", path.display())))?;
+                text.parse::<toml::Table>()
+                    .map_err(|e| err(format!("config file {}: {e}", path.display())))?
+            }
+            None => toml::Table::new(),
+        };
+        merge_env(&mut table, env)?;
+        let file: ConfigFile = ConfigFile::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let place = args
+                .config
+                .as_ref()
+                .map(|p| format!("config file {}", p.display()))
+                .unwrap_or_else(|| "configuration".into());
+            err(format!("{place}: {}", e.message().trim()))
+        })?;
+        let lookup = |name: &str| {
+            env.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .filter(|v| !v.is_empty())
+        };
+        Config::resolve(file, args, &lookup)
+    }
+
+    fn resolve(
+        file: ConfigFile,
+        args: &CommonArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let workspace = args
+            .workspace
+            .clone()
+            .or(file.workspace)
+            .unwrap_or_else(|| PathBuf::from("."));
+
+        let s = file.server.unwrap_or_default();
+        let bind_text = s.bind.unwrap_or_else(|| "127.0.0.1:7979".into());
+        let bind: SocketAddr = bind_text.parse().map_err(|_| {
+            err(format!(
+                "server.bind: {bind_text:?} is not an address; use IP:PORT such as 127.0.0.1:7979"
+            ))
+        })?;
+        let bearer_token_env = s
+            .bearer_token_env
+            .unwrap_or_else(|| "TOOLPILOT_BEARER_TOKEN".into());
+        let server = ServerConfig {
+            bind,
+            bearer_token: env(&bearer_token_env),
+            bearer_token_env,
+            allowed_hosts: s.allowed_hosts.unwrap_or_default(),
+            allowed_origins: s.allowed_origins.unwrap_or_default(),
+            max_body_bytes: positive("server.max_body_bytes", s.max_body_bytes, 16 * 1024 * 1024)?,
+            keepalive: secs("server.keepalive_secs", s.keepalive_secs, 5.0)?,
+        };
+
+        let u = file.upstream.unwrap_or_default();
+        // Validated even without a URL, so a typo is caught before it matters.
+        let connect_timeout = secs(
+            "upstream.connect_timeout_secs",
+            u.connect_timeout_secs,
+            10.0,
+        )?;
+        let first_byte_timeout = secs(
+            "upstream.first_byte_timeout_secs",
+            u.first_byte_timeout_secs,
+            300.0,
+        )?;
+        let idle_timeout = secs("upstream.idle_timeout_secs", u.idle_timeout_secs, 120.0)?;
+        let total_timeout = secs("upstream.total_timeout_secs", u.total_timeout_secs, 1800.0)?;
+        let retry_max_wait = secs("upstream.retry_max_wait_secs", u.retry_max_wait_secs, 30.0)?;
+        let max_response_bytes = positive(
+            "upstream.max_response_bytes",
+            u.max_response_bytes,
+            64 * 1024 * 1024,
+        )?;
+        let url_text = args.upstream.clone().or(u.url);
+        let upstream = match url_text {
+            None => None,
+            Some(text) => {
+                let mut base = url::Url::parse(text.trim()).map_err(|e| {
+                    err(format!(
+                        "upstream.url: {text:?} is not a URL ({e}); use a base URL such as \
+                         http://127.0.0.1:11434/v1"
+                    ))
+                })?;
+                if !matches!(base.scheme(), "http" | "https") {
+                    return Err(err(format!(
+                        "upstream.url: {text:?} must be an http:// or https:// URL"
+                    )));
+                }
+                if !base.path().ends_with('/') {
+                    let p = format!("{}/", base.path());
+                    base.set_path(&p);
+                }
+                let key_env = u
+                    .api_key_env
+                    .clone()
+                    .unwrap_or_else(|| "TOOLPILOT_UPSTREAM_API_KEY".into());
+                let (api_key, api_key_source) = match env(&key_env) {
+                    Some(k) => (Some(k), Some(key_env)),
+                    None if u.api_key_env.is_none() => match env("OPENAI_API_KEY") {
+                        Some(k) => (Some(k), Some("OPENAI_API_KEY".to_string())),
+                        None => (None, None),
+                    },
+                    None => (None, None),
+                };
+                Some(UpstreamConfig {
+                    base_url: base,
+                    api_key,
+                    api_key_source,
+                    headers: u.headers.clone().unwrap_or_default().into_iter().collect(),
+                    connect_timeout,
+                    first_byte_timeout,
+                    idle_timeout,
+                    total_timeout,
+                    max_retries: u.max_retries.unwrap_or(3),
+                    retry_base: Duration::from_millis(u.retry_base_ms.unwrap_or(250)),
+                    retry_max_wait,
+                    request_usage: u.request_usage.unwrap_or(true),
+                    max_response_bytes,
+                })
+            }
+        };
+
+        let a = file.agent.unwrap_or_default();
+        let tool_names = crate::policy::known_tool_names();
+        if let Some(list) = &a.default_tools {
+            for name in list {
+                if !tool_names.contains(&name.as_str()) {
+                    return Err(err(format!(
+                        "agent.default_tools: {name:?} is not a built-in tool; known tools: {}",
+                        tool_names.join(", ")
+                    )));
+                }
+            }
+        }
+        let agent = AgentConfig {
+            model: args.model.clone().or(u.model),
+            max_rounds: match a.max_rounds {
+                Some(0) => return Err(err("agent.max_rounds must be at least 1")),
+                Some(n) => n,
+                None => 25,
+            },
+            approve_asks: args.yes || a.approve_asks.unwrap_or(false),
+            default_tools: a.default_tools,
+            detect_repeats: a.detect_repeats.unwrap_or(true),
+        };
+
+        let t = file.tools.unwrap_or_default();
+        let d = ToolsConfig::default();
+        let tools = ToolsConfig {
+            output_budget: positive("tools.output_budget", t.output_budget, d.output_budget)?,
+            grep_max_results: positive(
+                "tools.grep_max_results",
+                t.grep_max_results,
+                d.grep_max_results,
+            )?,
+            grep_context_lines: t.grep_context_lines.unwrap_or(d.grep_context_lines),
+            grep_max_per_file: positive(
+                "tools.grep_max_per_file",
+                t.grep_max_per_file,
+                d.grep_max_per_file,
+            )?,
+            grep_max_file_bytes: t.grep_max_file_bytes.unwrap_or(d.grep_max_file_bytes),
+            glob_max_results: positive(
+                "tools.glob_max_results",
+                t.glob_max_results,
+                d.glob_max_results,
+            )?,
+            ls_max_entries: positive("tools.ls_max_entries", t.ls_max_entries, d.ls_max_entries)?,
+            diff_max_lines: positive("tools.diff_max_lines", t.diff_max_lines, d.diff_max_lines)?,
+            search_exclude: t.search_exclude.unwrap_or(d.search_exclude),
+            search_timeout: secs("tools.search_timeout_secs", t.search_timeout_secs, 30.0)?,
+            git_timeout: secs("tools.git_timeout_secs", t.git_timeout_secs, 30.0)?,
+        };
+        for g in &tools.search_exclude {
+            globset::Glob::new(g.trim_end_matches('/'))
+                .map_err(|e| err(format!("tools.search_exclude: {g:?} is not a glob: {e}")))?;
+        }
+
+        let p = file.policy.unwrap_or_default();
+        let mut levels = BTreeMap::new();
+        for (tool, level) in p.tools.unwrap_or_default() {
+            if !tool_names.contains(&tool.as_str()) {
+                return Err(err(format!(
+                    "policy.tools.{tool}: there is no built-in tool named {tool:?}; known tools: {}",
+                    tool_names.join(", ")
+                )));
+            }
+            let parsed = Level::parse(&level).ok_or_else(|| {
+                err(format!(
+                    "policy.tools.{tool}: {level:?} is not a policy; use allow, ask or deny \
+                     (or allowedWithoutPermission, allowedWithPermission, disabled)"
+                ))
+            })?;
+            levels.insert(tool, parsed);
+        }
+        let policy = PolicyConfig {
+            tools: levels,
+            allow: p.allow.unwrap_or_default(),
+            ask: p.ask.unwrap_or_default(),
+            deny: p.deny.unwrap_or_default(),
+        };
+        // Rules are parsed here so that a bad rule stops start-up with its key named.
+        crate::policy::Policy::new(&policy).map_err(err)?;
+
+        let sensitive_files = file.sensitive_files.unwrap_or_else(|| {
+            crate::workspace::DEFAULT_SENSITIVE
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        });
+
+        Ok(Config {
+            workspace,
+            server,
+            upstream,
+            agent,
+            tools,
+            policy,
+            sensitive_files,
+        })
+    }
+
+    /// A configuration for tests and embedding: demo model, defaults everywhere.
+    pub fn for_workspace(workspace: &Path) -> Config {
+        let args = CommonArgs {
+            workspace: Some(workspace.to_path_buf()),
+            ..CommonArgs::default()
+        };
+        match Config::load_from(&args, &[]) {
+            Ok(c) => c,
+            Err(e) => unreachable!("the default configuration is valid: {e}"),
+        }
+    }
+}
+
+fn positive(key: &str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
+    match v {
+        Some(0) => Err(err(format!("{key} must be greater than 0"))),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    }
+}
+
+fn secs(key: &str, v: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
+    let s = v.unwrap_or(default);
+    if !(s.is_finite() && s > 0.0 && s < 1e9) {
+        return Err(err(format!(
+            "{key} must be a positive number of seconds, got {s}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// Variables that look like `TOOLPILOT_<SECTION>__<KEY>` but belong to flags or secrets.
+const RESERVED_ENV: &[&str] = &[
+    "TOOLPILOT_WORKSPACE",
+    "TOOLPILOT_CONFIG",
+    "TOOLPILOT_UPSTREAM",
+    "TOOLPILOT_MODEL",
+    "TOOLPILOT_YES",
+    "TOOLPILOT_BIND",
+    "TOOLPILOT_LOG",
+    "TOOLPILOT_UPSTREAM_API_KEY",
+    "TOOLPILOT_BEARER_TOKEN",
+];
+
+/// Merges `TOOLPILOT_SECTION__KEY=value` variables into the config tree. A value is read as
+/// TOML (`10`, `true`, `["a","b"]`) and otherwise taken as a string.
+fn merge_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
+    for (name, value) in env {
+        let Some(rest) = name.strip_prefix("TOOLPILOT_") else {
+            continue;
+        };
+        if RESERVED_ENV.contains(&name.as_str()) || !rest.contains("__") {
+            continue;
+        }
+        let path: Vec<String> = rest.split("__").map(|p| p.to_ascii_lowercase()).collect();
+        if path.iter().any(String::is_empty) {
+            return Err(err(format!(
+                "{name}: expected TOOLPILOT_<SECTION>__<KEY>, e.g. TOOLPILOT_AGENT__MAX_ROUNDS"
+            )));
+        }
+        let parsed = format!("v = {value}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(value.clone()));
+        let mut cur = &mut *table;
+        for (i, key) in path.iter().enumerate() {
+            if i + 1 == path.len() {
+                cur.insert(key.clone(), parsed.clone());
+            } else {
+                let entry = cur
+                    .entry(key.clone())
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                cur = match entry {
+                    toml::Value::Table(t) => t,
+                    _ => {
+                        return Err(err(format!(
+                            "{name}: `{}` is not a section",
+                            path[..=i].join(".")
+                        )));
+                    }
+                };
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(toml_text: &str, env: &[(&str, &str)], args: CommonArgs) -> Result<Config, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, toml_text).unwrap();
+        let args = CommonArgs {
+            config: Some(path),
+            ..args
+        };
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::load_from(&args, &env).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn layers_file_then_env_then_flags() {
+        let c = load(
+            "[agent]\nmax_rounds = 7\n[upstream]\nurl = \"http://127.0.0.1:1/v1\"\nmodel = \"file\"\n",
+            &[("TOOLPILOT_AGENT__MAX_ROUNDS", "9"), ("TOOLPILOT_UPSTREAM_API_KEY", "sk-x")],
+            CommonArgs {
+                model: Some("flag".into()),
+                ..CommonArgs::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(c.agent.max_rounds, 9);
+        assert_eq!(c.agent.model.as_deref(), Some("flag"));
+        let u = c.upstream.unwrap();
+        assert_eq!(u.base_url.as_str(), "http://127.0.0.1:1/v1/");
+        assert_eq!(u.api_key.as_deref(), Some("sk-x"));
+        assert_eq!(
+            u.api_key_source.as_deref(),
+            Some("TOOLPILOT_UPSTREAM_API_KEY")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = load("[agent]\nmax_roundz = 7\n", &[], CommonArgs::default()).unwrap_err();
+        assert!(e.contains("unknown field `max_roundz`"), "{e}");
+        let e = load(
+            "[server]\nbind = \"localhost\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("server.bind"), "{e}");
+        let e = load(
+            "[policy.tools]\nread_file = \"maybe\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("policy.tools.read_file: \"maybe\" is not a policy"),
+            "{e}"
+        );
+        let e = load(
+            "[policy.tools]\nread_fil = \"allow\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("no built-in tool named \"read_fil\""), "{e}");
+        let e = load(
+            "[upstream]\ntotal_timeout_secs = -1\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("upstream.total_timeout_secs must be a positive"),
+            "{e}"
+        );
+        let e = load("", &[("TOOLPILOT_AGENT__NOPE", "1")], CommonArgs::default()).unwrap_err();
+        assert!(e.contains("unknown field `nope`"), "{e}");
+        let e = load(
+            "[policy]\ndeny = [\"read_file(\"]\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("policy.deny"), "{e}");
+    }
+}

@@ -1,0 +1,29 @@
+//! toolpilot: a local OpenAI-compatible server that runs the model's workspace tools.
+//!
+//! # Layout
+//!
+//! A request enters through [`server`] (HTTP) or the `run` command (no HTTP), becomes a
+//! validated [`openai::ChatRequest`], and is handed to [`agent::Engine::run`]. The engine
+//! talks to the model through [`upstream`] (an OpenAI-compatible HTTP server or the built-in
+//! demo model), executes the model's built-in tool calls through [`tools::Registry`] after
+//! [`policy::Policy`] has decided on them, and emits [`agent::RunEvent`]s that the caller turns
+//! into SSE, a JSON response or terminal output. Paths only reach tools as
+//! [`workspace::WorkspacePath`]s. [`mock`] is the scripted upstream used by tests, demos and
+//! benchmarks. See `ARCHITECTURE.md` for the invariants.
+
+pub mod agent;
+pub mod config;
+pub mod error;
+pub mod mock;
+pub mod openai;
+pub mod policy;
+pub mod server;
+pub mod tools;
+pub mod upstream;
+pub mod workspace;
+
+/// Installs the process-wide TLS crypto provider (ring) that reqwest uses for https
+/// upstreams. Safe to call more than once.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -1,0 +1,308 @@
+//! The `toolpilot` binary: parses the command line, sets up logging and configuration, and
+//! hands over to the library (`serve`, `run`, `tools`, `mock-upstream`).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use toolpilot::agent::{Engine, RunEvent, RunOptions};
+use toolpilot::config::{CommonArgs, Config};
+use toolpilot::openai::ChatRequest;
+use toolpilot::server::{self, AppState};
+
+#[derive(Parser)]
+#[command(
+    name = "toolpilot",
+    version,
+    about = "A local OpenAI-compatible server that runs the model's workspace tools under a permission policy"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the OpenAI chat-completions API over the workspace
+    Serve {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// Address to listen on (default 127.0.0.1:7979)
+        #[arg(long, env = "TOOLPILOT_BIND", value_name = "ADDR")]
+        bind: Option<SocketAddr>,
+    },
+    /// Run one conversation without HTTP and print the answer
+    Run {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// The question or task
+        prompt: String,
+    },
+    /// List every built-in tool with its effective policy
+    Tools {
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// Serve a scripted OpenAI-compatible model (for tests, demos and benchmarks)
+    MockUpstream {
+        /// The JSON script of rounds
+        #[arg(long, value_name = "FILE")]
+        script: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:7980", value_name = "ADDR")]
+        bind: SocketAddr,
+        /// Also write the received requests to this file after each request
+        #[arg(long, value_name = "FILE")]
+        record: Option<PathBuf>,
+    },
+}
+
+fn init_logging(default: &str) {
+    let filter = std::env::var("TOOLPILOT_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| default.to_string());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    toolpilot::install_crypto_provider();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toolpilot: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve { common, bind } => {
+                init_logging("info");
+                serve(common, bind).await
+            }
+            Command::Run { common, prompt } => {
+                init_logging("warn");
+                run(common, prompt).await
+            }
+            Command::Tools { common } => tools(common),
+            Command::MockUpstream {
+                script,
+                bind,
+                record,
+            } => {
+                init_logging("info");
+                toolpilot::mock::run_cli(&script, bind, record).await
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("toolpilot: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(common: &CommonArgs) -> Result<Config, String> {
+    Config::load(common).map_err(|e| e.to_string())
+}
+
+async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), String> {
+    let mut config = load(&common)?;
+    if let Some(b) = bind {
+        config.server.bind = b;
+    }
+    server::check_bind(&config.server)?;
+    let engine = Arc::new(Engine::new(config.clone())?);
+    let listener = tokio::net::TcpListener::bind(config.server.bind)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.server.bind))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(
+        "toolpilot {} listening on http://{addr}/v1 (workspace {}, upstream {})",
+        env!("CARGO_PKG_VERSION"),
+        engine.workspace.root().display(),
+        engine.upstream.describe()
+    );
+    if engine.upstream.is_demo() {
+        tracing::warn!(
+            "NO UPSTREAM CONFIGURED: the built-in demo model answers every request. Pass \
+             --upstream URL --model NAME to use a real model."
+        );
+    }
+    if let Some(u) = &config.upstream {
+        match &u.api_key_source {
+            Some(var) => tracing::info!("upstream API key from ${var}"),
+            None => tracing::info!(
+                "no upstream API key set (TOOLPILOT_UPSTREAM_API_KEY or OPENAI_API_KEY)"
+            ),
+        }
+    }
+    if config.agent.approve_asks {
+        tracing::warn!("--yes: tool calls whose policy is `ask` run without approval");
+    }
+    let state = AppState {
+        engine,
+        server: Arc::new(config.server.clone()),
+    };
+    server::serve(listener, state, shutdown_signal())
+        .await
+        .map_err(|e| format!("server error: {e}"))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
+
+async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
+    let config = load(&common)?;
+    let engine = Arc::new(Engine::new(config)?);
+    if engine.upstream.is_demo() {
+        eprintln!(
+            "toolpilot: no upstream configured; the built-in demo model answers (use --upstream URL --model NAME)"
+        );
+    }
+    let mut body = serde_json::Map::new();
+    body.insert(
+        "messages".into(),
+        json!([{"role": "user", "content": prompt}]),
+    );
+    let req = ChatRequest::from_map(body).map_err(|e| e.message)?;
+    let mut handle = engine.start(
+        req,
+        RunOptions {
+            run_id: server::new_run_id(),
+            live: true,
+        },
+    );
+    let mut stdout = std::io::stdout();
+    let mut ended_with_newline = true;
+    while let Some(ev) = handle.events.recv().await {
+        match ev {
+            RunEvent::Content(t) => {
+                let _ = stdout.write_all(t.as_bytes());
+                let _ = stdout.flush();
+                ended_with_newline = t.ends_with('\n');
+            }
+            RunEvent::Reasoning(_) => {}
+            RunEvent::ToolStarted {
+                name, arguments, ..
+            } => {
+                eprintln!(
+                    "→ {name} {}",
+                    toolpilot::tools::args::preview(&arguments, 120)
+                );
+            }
+            RunEvent::ToolFinished {
+                name,
+                status,
+                duration,
+                result_bytes,
+                ..
+            } => {
+                eprintln!(
+                    "  {name}: {} in {} ms ({result_bytes} bytes)",
+                    status.label(),
+                    duration.as_millis()
+                );
+            }
+            RunEvent::ClientToolCalls(calls) => {
+                for c in calls {
+                    eprintln!("(the model called {} which toolpilot does not run)", c.name);
+                }
+            }
+            RunEvent::Done {
+                finish_reason,
+                usage,
+                rounds,
+                ..
+            } => {
+                if !ended_with_newline {
+                    let _ = stdout.write_all(b"\n");
+                }
+                let _ = stdout.flush();
+                eprintln!(
+                    "[{rounds} rounds, {} tokens, finish_reason {finish_reason}]",
+                    usage.total_tokens
+                );
+                return Ok(());
+            }
+            RunEvent::Failed(e) => return Err(e.message),
+        }
+    }
+    Err("the run ended unexpectedly".into())
+}
+
+fn tools(common: CommonArgs) -> Result<(), String> {
+    let config = load(&common)?;
+    let policy = toolpilot::policy::Policy::new(&config.policy)?;
+    let registry = toolpilot::tools::Registry::new(policy.clone());
+    println!(
+        "{:<28} {:<26} {:<8} {:<10} notes",
+        "tool", "policy", "source", "runs in"
+    );
+    for (name, _) in toolpilot::policy::REFERENCE_TOOLS {
+        let level = policy.level(name);
+        let (runs_in, note) = match registry.get(name) {
+            Some(t) if t.read_only() => ("toolpilot", "read-only".to_string()),
+            Some(_) => ("toolpilot", String::new()),
+            None => (
+                "client",
+                "not executed server-side yet: passed back to clients that declare it".to_string(),
+            ),
+        };
+        let note = if level == toolpilot::policy::Level::Disabled {
+            format!("disabled: never offered to the model; {note}")
+        } else {
+            note
+        };
+        println!(
+            "{:<28} {:<26} {:<8} {:<10} {}",
+            name,
+            level.as_continue(),
+            policy.level_source(name),
+            runs_in,
+            note
+        );
+        for rule in policy.rules_for(name) {
+            println!("{:<28}   rule: {rule}", "");
+        }
+    }
+    if config.agent.approve_asks {
+        println!("\n--yes is set: `allowedWithPermission` calls run without asking.");
+    } else {
+        println!(
+            "\n`allowedWithPermission` calls need approval; without --yes the model is told so and the call does not run."
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,688 @@
+//! `toolpilot mock-upstream`: a scripted OpenAI-compatible model for tests, demos and
+//! benchmarks.
+//!
+//! A script is a JSON list of rounds; each `POST /v1/chat/completions` consumes the next one.
+//! A round answers with text, tool calls, an HTTP error, raw SSE bytes or a non-streamed JSON
+//! body, shaped by chunk size, delays, truncation, an in-stream error, a hold (released by
+//! `POST /_mock/release`) and the quirks real servers have. Every request is recorded with
+//! its headers, body and how its response ended; `GET /_mock/requests` returns the record.
+//! The format is documented in `README.md` ("The mock upstream").
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+/// A whole script.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    pub rounds: Vec<ScriptRound>,
+    /// After the last round, answer every further request with it again.
+    #[serde(default)]
+    pub repeat_last: bool,
+    /// Model ids listed by `GET /v1/models` (default `["mock-model"]`).
+    #[serde(default)]
+    pub models: Option<Vec<String>>,
+}
+
+/// One scripted answer.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptRound {
+    /// Assistant text, streamed in pieces.
+    pub text: Option<String>,
+    /// Reasoning text sent (as `reasoning_content`) before the answer.
+    pub reasoning: Option<String>,
+    /// Tool calls: `{"name", "arguments" (object or string), "id"?}`.
+    pub tool_calls: Option<Vec<ScriptCall>>,
+    /// Answer with this HTTP status and an OpenAI-shaped error instead.
+    pub status: Option<u16>,
+    /// The error message for `status`.
+    pub error: Option<String>,
+    /// `Retry-After` seconds for `status`.
+    pub retry_after: Option<f64>,
+    /// Send exactly these body pieces (as SSE), one after another.
+    pub raw: Option<Vec<String>>,
+    /// Answer with a non-streamed `application/json` completion.
+    #[serde(default)]
+    pub json: bool,
+    /// Characters per content piece (default 8).
+    pub chunk_size: Option<usize>,
+    /// Wait before the response headers.
+    #[serde(default)]
+    pub delay_ms: u64,
+    /// Wait between body pieces.
+    #[serde(default)]
+    pub chunk_delay_ms: u64,
+    /// Close the stream after this many pieces (no finish, no `[DONE]`).
+    pub truncate_after: Option<usize>,
+    /// Send an error object after this many pieces and end the stream.
+    pub error_after: Option<ErrorAfter>,
+    /// Send this many pieces, then wait for `POST /_mock/release`.
+    pub hold_after: Option<usize>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Value>,
+    #[serde(default)]
+    pub quirks: Quirks,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Value,
+    pub id: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorAfter {
+    pub chunks: usize,
+    pub message: String,
+}
+
+/// Quirks of real servers, reproduced on request.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quirks {
+    /// Omit the final `data: [DONE]`.
+    #[serde(default)]
+    pub no_done: bool,
+    /// Tool-call `index`: "normal", "missing", "zero" (always 0) or "from_one".
+    pub index: Option<String>,
+    /// Repeat `id`, `type` and `name` in every tool-call delta.
+    #[serde(default)]
+    pub id_every_delta: bool,
+    /// Send `"id": ""`.
+    #[serde(default)]
+    pub empty_ids: bool,
+    /// Send `arguments` as a JSON object, whole, in one delta.
+    #[serde(default)]
+    pub arguments_object: bool,
+    /// Split each arguments string into this many pieces (default 2).
+    pub split_arguments: Option<usize>,
+    /// No usage chunk.
+    #[serde(default)]
+    pub no_usage: bool,
+    /// Start with a chunk whose `choices` is empty.
+    #[serde(default)]
+    pub empty_first_chunk: bool,
+    /// Put SSE comment lines between chunks.
+    #[serde(default)]
+    pub comments: bool,
+    /// Use CRLF line endings.
+    #[serde(default)]
+    pub crlf: bool,
+}
+
+/// One recorded request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: Value,
+    pub body: Value,
+    /// Which script round answered (0-based), if any.
+    pub round: Option<usize>,
+    /// "completed", "client_disconnected" or "in_progress".
+    pub outcome: String,
+}
+
+struct Shared {
+    script: Script,
+    next: Mutex<usize>,
+    log: Mutex<Vec<Recorded>>,
+    release: Notify,
+    released: Mutex<bool>,
+    record_file: Option<std::path::PathBuf>,
+}
+
+/// A running mock upstream.
+#[derive(Clone)]
+pub struct MockUpstream {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl MockUpstream {
+    /// Serves `script` on `listener` in the background.
+    pub fn start(script: Script, listener: TcpListener) -> std::io::Result<MockUpstream> {
+        MockUpstream::start_recording(script, listener, None)
+    }
+
+    /// Like [`MockUpstream::start`], also writing the record to `record_file` after each request.
+    pub fn start_recording(
+        script: Script,
+        listener: TcpListener,
+        record_file: Option<std::path::PathBuf>,
+    ) -> std::io::Result<MockUpstream> {
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            script,
+            next: Mutex::new(0),
+            log: Mutex::new(Vec::new()),
+            release: Notify::new(),
+            released: Mutex::new(false),
+            record_file,
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .route("/models", get(models))
+            .route("/_mock/requests", get(requests))
+            .route("/_mock/release", post(release))
+            .with_state(Arc::clone(&shared));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(MockUpstream { addr, shared })
+    }
+
+    /// The base URL to give toolpilot (`http://ADDR/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Everything received so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared
+            .log
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
+    }
+
+    /// Lets held streams continue.
+    pub fn release(&self) {
+        release_all(&self.shared);
+    }
+}
+
+fn release_all(shared: &Shared) {
+    if let Ok(mut r) = shared.released.lock() {
+        *r = true;
+    }
+    shared.release.notify_waiters();
+}
+
+/// Parses a script file's text, with an error that says what is wrong.
+pub fn parse_script(text: &str) -> Result<Script, String> {
+    serde_json::from_str(text).map_err(|e| format!("the mock script is not valid: {e}"))
+}
+
+async fn models(State(shared): State<Arc<Shared>>) -> Response {
+    let ids = shared
+        .script
+        .models
+        .clone()
+        .unwrap_or_else(|| vec!["mock-model".into()]);
+    let data: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "mock"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn requests(State(shared): State<Arc<Shared>>) -> Response {
+    let log = shared.log.lock().map(|l| l.clone()).unwrap_or_default();
+    axum::Json(log).into_response()
+}
+
+async fn release(State(shared): State<Arc<Shared>>) -> Response {
+    release_all(&shared);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+fn save_record(shared: &Shared) {
+    let Some(path) = &shared.record_file else {
+        return;
+    };
+    let log = shared.log.lock().map(|l| l.clone()).unwrap_or_default();
+    if let Ok(text) = serde_json::to_string_pretty(&log) {
+        let _ = std::fs::write(path, text);
+    }
+}
+
+fn set_outcome(shared: &Shared, i: usize, outcome: &str) {
+    if let Ok(mut log) = shared.log.lock() {
+        if let Some(r) = log.get_mut(i) {
+            r.outcome = outcome.to_string();
+        }
+    }
+    save_record(shared);
+}
+
+async fn chat(
+    State(shared): State<Arc<Shared>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body_json: Value = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+    let header_json: serde_json::Map<String, Value> = headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                Value::from(v.to_str().unwrap_or("").to_string()),
+            )
+        })
+        .collect();
+    let round_index = {
+        let Ok(mut next) = shared.next.lock() else {
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        };
+        let n = *next;
+        *next += 1;
+        if n < shared.script.rounds.len() {
+            Some(n)
+        } else if shared.script.repeat_last && !shared.script.rounds.is_empty() {
+            Some(shared.script.rounds.len() - 1)
+        } else {
+            None
+        }
+    };
+    let record_index = {
+        let Ok(mut log) = shared.log.lock() else {
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        };
+        log.push(Recorded {
+            path: uri.path().to_string(),
+            headers: Value::Object(header_json),
+            body: body_json.clone(),
+            round: round_index,
+            outcome: "in_progress".into(),
+        });
+        log.len() - 1
+    };
+    save_record(&shared);
+    let Some(ri) = round_index else {
+        set_outcome(&shared, record_index, "completed");
+        let msg = format!(
+            "mock-upstream: the script has no round {} (it has {})",
+            record_index + 1,
+            shared.script.rounds.len()
+        );
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            axum::Json(json!({"error": {"message": msg, "type": "mock_script_exhausted"}})),
+        )
+            .into_response();
+    };
+    let round = shared.script.rounds[ri].clone();
+    if round.delay_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(round.delay_ms)).await;
+    }
+    let model = body_json
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("mock-model")
+        .to_string();
+
+    if let Some(status) = round.status {
+        set_outcome(&shared, record_index, "completed");
+        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let msg = round
+            .error
+            .clone()
+            .unwrap_or_else(|| format!("mock error {status}"));
+        let mut resp = (
+            code,
+            axum::Json(json!({"error": {"message": msg, "type": "mock_error", "code": status}})),
+        )
+            .into_response();
+        if let Some(ra) = round.retry_after {
+            if let Ok(v) = axum::http::HeaderValue::from_str(&format!("{ra}")) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        return resp;
+    }
+
+    if round.json {
+        set_outcome(&shared, record_index, "completed");
+        return (
+            [(header::CONTENT_TYPE, "application/json")],
+            json_completion(&round, &model).to_string(),
+        )
+            .into_response();
+    }
+
+    let pieces = sse_pieces(&round, &model);
+    let guard = OutcomeGuard {
+        shared: Arc::clone(&shared),
+        index: record_index,
+        done: false,
+    };
+    let state = (pieces.into_iter(), 0usize, guard, round, shared);
+    let stream = futures_util::stream::unfold(
+        state,
+        |(mut it, sent, mut guard, round, shared)| async move {
+            if let Some(limit) = round.hold_after {
+                if sent == limit {
+                    let released = shared.released.lock().map(|r| *r).unwrap_or(true);
+                    if !released {
+                        let notified = shared.release.notified();
+                        let released = shared.released.lock().map(|r| *r).unwrap_or(true);
+                        if !released {
+                            notified.await;
+                        }
+                    }
+                }
+            }
+            if round.truncate_after == Some(sent) {
+                guard.finish("completed");
+                return None;
+            }
+            let Some(piece) = it.next() else {
+                guard.finish("completed");
+                return None;
+            };
+            if sent > 0 && round.chunk_delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(round.chunk_delay_ms)).await;
+            }
+            Some((
+                Ok::<Bytes, std::convert::Infallible>(Bytes::from(piece)),
+                (it, sent + 1, guard, round, shared),
+            ))
+        },
+    );
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/event-stream"),
+    );
+    resp
+}
+
+/// Marks a recorded request `client_disconnected` if its stream is dropped before the end.
+struct OutcomeGuard {
+    shared: Arc<Shared>,
+    index: usize,
+    done: bool,
+}
+
+impl OutcomeGuard {
+    fn finish(&mut self, outcome: &str) {
+        if !self.done {
+            self.done = true;
+            set_outcome(&self.shared, self.index, outcome);
+        }
+    }
+}
+
+impl Drop for OutcomeGuard {
+    fn drop(&mut self) {
+        self.finish("client_disconnected");
+    }
+}
+
+fn chunk(model: &str, delta: Value, finish: Option<&str>) -> Value {
+    json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+           "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+}
+
+fn args_string(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn call_id(call: &ScriptCall, i: usize, quirks: &Quirks) -> String {
+    if quirks.empty_ids {
+        return String::new();
+    }
+    call.id.clone().unwrap_or_else(|| format!("call_mock_{i}"))
+}
+
+fn default_usage(round: &ScriptRound) -> Value {
+    round
+        .usage
+        .clone()
+        .unwrap_or_else(|| json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}))
+}
+
+/// The body pieces of a streamed round.
+pub fn sse_pieces(round: &ScriptRound, model: &str) -> Vec<String> {
+    let q = &round.quirks;
+    let eol = if q.crlf { "\r\n" } else { "\n" };
+    let wrap = |v: &Value| format!("data: {v}{eol}{eol}");
+    if let Some(raw) = &round.raw {
+        return raw.clone();
+    }
+    let mut chunks: Vec<Value> = Vec::new();
+    if q.empty_first_chunk {
+        chunks.push(
+            json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk",
+            "created": 0, "model": model, "choices": []}),
+        );
+    }
+    chunks.push(chunk(
+        model,
+        json!({"role": "assistant", "content": ""}),
+        None,
+    ));
+    if let Some(r) = &round.reasoning {
+        for p in split_chars(r, round.chunk_size.unwrap_or(8)) {
+            chunks.push(chunk(model, json!({"reasoning_content": p}), None));
+        }
+    }
+    if let Some(t) = &round.text {
+        for p in split_chars(t, round.chunk_size.unwrap_or(8)) {
+            chunks.push(chunk(model, json!({"content": p}), None));
+        }
+    }
+    let calls = round.tool_calls.clone().unwrap_or_default();
+    for (i, call) in calls.iter().enumerate() {
+        let index = match q.index.as_deref() {
+            Some("missing") => None,
+            Some("zero") => Some(0),
+            Some("from_one") => Some(i + 1),
+            _ => Some(i),
+        };
+        let id = call_id(call, i, q);
+        let mut first = json!({"id": id, "type": "function",
+            "function": {"name": call.name, "arguments": ""}});
+        if let Some(ix) = index {
+            first["index"] = json!(ix);
+        }
+        if q.arguments_object {
+            first["function"]["arguments"] = if call.arguments.is_null() {
+                json!({})
+            } else {
+                call.arguments.clone()
+            };
+            chunks.push(chunk(model, json!({"tool_calls": [first]}), None));
+            continue;
+        }
+        chunks.push(chunk(model, json!({"tool_calls": [first]}), None));
+        let args = args_string(&call.arguments);
+        let parts = q.split_arguments.unwrap_or(2).max(1);
+        let size = args.chars().count().div_ceil(parts).max(1);
+        for p in split_chars(&args, size) {
+            let mut d = json!({"function": {"arguments": p}});
+            if let Some(ix) = index {
+                d["index"] = json!(ix);
+            }
+            if q.id_every_delta {
+                d["id"] = json!(id);
+                d["type"] = json!("function");
+                d["function"]["name"] = json!(call.name);
+            }
+            chunks.push(chunk(model, json!({"tool_calls": [d]}), None));
+        }
+    }
+    let finish = round.finish_reason.clone().unwrap_or_else(|| {
+        if calls.is_empty() {
+            "stop".into()
+        } else {
+            "tool_calls".into()
+        }
+    });
+    chunks.push(chunk(model, json!({}), Some(&finish)));
+    if !q.no_usage {
+        chunks.push(
+            json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk",
+            "created": 0, "model": model, "choices": [], "usage": default_usage(round)}),
+        );
+    }
+    let mut pieces: Vec<String> = Vec::new();
+    for c in &chunks {
+        if let Some(ea) = &round.error_after {
+            if pieces.len() == ea.chunks {
+                pieces.push(wrap(
+                    &json!({"error": {"message": ea.message, "type": "server_error"}}),
+                ));
+                return pieces;
+            }
+        }
+        if q.comments {
+            pieces.push(format!(": mock comment{eol}{eol}"));
+        }
+        pieces.push(wrap(c));
+    }
+    if !q.no_done {
+        pieces.push(format!("data: [DONE]{eol}{eol}"));
+    }
+    pieces
+}
+
+fn json_completion(round: &ScriptRound, model: &str) -> Value {
+    let calls: Vec<Value> = round
+        .tool_calls
+        .clone()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            json!({"id": call_id(c, i, &round.quirks), "type": "function",
+                   "function": {"name": c.name, "arguments": args_string(&c.arguments)}})
+        })
+        .collect();
+    let mut message = json!({"role": "assistant", "content": round.text.clone()});
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::Array(calls.clone());
+    }
+    let finish = round.finish_reason.clone().unwrap_or_else(|| {
+        if calls.is_empty() {
+            "stop".into()
+        } else {
+            "tool_calls".into()
+        }
+    });
+    json!({"id": "chatcmpl-mock", "object": "chat.completion", "created": 0, "model": model,
+           "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+           "usage": default_usage(round)})
+}
+
+fn split_chars(s: &str, size: usize) -> Vec<String> {
+    let size = size.max(1);
+    let chars: Vec<char> = s.chars().collect();
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+/// Runs the mock as a program: serves until Ctrl-C.
+pub async fn run_cli(
+    script_path: &std::path::Path,
+    bind: SocketAddr,
+    record: Option<std::path::PathBuf>,
+) -> Result<(), String> {
+    let text = std::fs::read_to_string(script_path)
+        .map_err(|e| format!("cannot read the script {}: {e}", script_path.display()))?;
+    let script = parse_script(&text)?;
+    let listener = TcpListener::bind(bind)
+        .await
+        .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+    let n = script.rounds.len();
+    let mock =
+        MockUpstream::start_recording(script, listener, record).map_err(|e| e.to_string())?;
+    println!(
+        "mock-upstream: {} rounds, listening on {}",
+        n,
+        mock.base_url()
+    );
+    eprintln!(
+        "requests are recorded at http://{}/_mock/requests",
+        mock.addr
+    );
+    let _ = tokio::signal::ctrl_c().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::accumulate::Accumulator;
+    use crate::upstream::sse::SseDecoder;
+
+    fn replay(round: &ScriptRound) -> crate::upstream::accumulate::Round {
+        let mut dec = SseDecoder::new();
+        let mut acc = Accumulator::new();
+        let mut out = vec![];
+        for p in sse_pieces(round, "m") {
+            dec.push(p.as_bytes());
+            while let Some(ev) = dec.next_event() {
+                acc.push_data(ev.event.as_deref(), &ev.data, &mut out)
+                    .unwrap();
+            }
+        }
+        while let Some(ev) = dec.finish() {
+            acc.push_data(ev.event.as_deref(), &ev.data, &mut out)
+                .unwrap();
+        }
+        acc.finish().unwrap()
+    }
+
+    #[test]
+    fn every_quirk_round_trips_through_the_accumulator() {
+        let base: ScriptRound = serde_json::from_value(json!({
+            "text": "hello there",
+            "tool_calls": [{"name": "ls", "arguments": {"dirPath": "src"}},
+                           {"name": "read_file", "arguments": {"filepath": "a.rs"}}]
+        }))
+        .unwrap();
+        let quirk_sets = [
+            json!({}),
+            json!({"index": "missing"}),
+            json!({"index": "zero"}),
+            json!({"index": "from_one"}),
+            json!({"id_every_delta": true}),
+            json!({"empty_ids": true}),
+            json!({"arguments_object": true}),
+            json!({"split_arguments": 7, "no_done": true, "no_usage": true}),
+            json!({"empty_first_chunk": true, "comments": true, "crlf": true}),
+        ];
+        for q in quirk_sets {
+            let mut r = base.clone();
+            r.quirks = serde_json::from_value(q.clone()).unwrap();
+            let got = replay(&r);
+            assert_eq!(got.content, "hello there", "{q}");
+            let names: Vec<&str> = got.tool_calls.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(names, ["ls", "read_file"], "{q}");
+            assert_eq!(got.tool_calls[0].arguments, r#"{"dirPath":"src"}"#, "{q}");
+            assert_eq!(got.tool_calls[1].arguments, r#"{"filepath":"a.rs"}"#, "{q}");
+            assert_ne!(got.tool_calls[0].id, got.tool_calls[1].id, "{q}");
+        }
+    }
+
+    #[test]
+    fn scripts_with_unknown_keys_are_rejected() {
+        let e = parse_script(r#"{"rounds":[{"txt":"x"}]}"#).unwrap_err();
+        assert!(e.contains("unknown field `txt`"), "{e}");
+    }
+}

@@ -1,0 +1,481 @@
+//! OpenAI chat-completions wire types and the validation of an incoming request.
+//!
+//! Nothing here does I/O. Messages and tool specs stay `serde_json::Value`s so that every
+//! field a client sends (including ones toolpilot does not know) reaches the upstream
+//! unchanged; only the fields toolpilot acts on are lifted into typed fields.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// A validated `POST /v1/chat/completions` body.
+#[derive(Debug, Clone, Default)]
+pub struct ChatRequest {
+    /// The model the client asked for (`--model` may override it upstream).
+    pub model: Option<String>,
+    /// The conversation, as sent (validated: objects with a known role).
+    pub messages: Vec<Value>,
+    pub stream: bool,
+    /// `stream_options.include_usage`: send a usage chunk before `[DONE]`.
+    pub include_usage: bool,
+    /// The client's `tools`, as sent. `None` when the request had no `tools` field.
+    pub tools: Option<Vec<Value>>,
+    /// The file open in the client's editor, for `read_currently_open_file`. Comes from the
+    /// `toolpilot.current_file` request field or the `X-Toolpilot-Current-File` header.
+    pub current_file: Option<String>,
+    /// Every other field, forwarded upstream unchanged.
+    pub extra: Map<String, Value>,
+}
+
+/// Token usage, summed over every upstream round of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// A complete tool call from the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The raw arguments string as the model produced it (`"{}"` when it sent none).
+    pub arguments: String,
+}
+
+impl ToolCall {
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        })
+    }
+}
+
+/// The assistant message that records one upstream round in the conversation.
+pub fn assistant_message(content: &str, tool_calls: &[ToolCall]) -> Value {
+    let mut m = Map::new();
+    m.insert("role".into(), Value::from("assistant"));
+    if tool_calls.is_empty() {
+        m.insert("content".into(), Value::from(content));
+    } else {
+        // Some servers reject an empty string next to tool calls; null is what OpenAI sends.
+        let content = if content.is_empty() {
+            Value::Null
+        } else {
+            Value::from(content)
+        };
+        m.insert("content".into(), content);
+        m.insert(
+            "tool_calls".into(),
+            Value::Array(tool_calls.iter().map(ToolCall::to_json).collect()),
+        );
+    }
+    Value::Object(m)
+}
+
+/// A `role: tool` message carrying one tool result.
+pub fn tool_message(tool_call_id: &str, content: String) -> Value {
+    serde_json::json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
+}
+
+/// The name of a tool spec (`{"type":"function","function":{"name":…}}`), if it has one.
+pub fn tool_spec_name(spec: &Value) -> Option<&str> {
+    spec.get("function")?.get("name")?.as_str()
+}
+
+const ROLES: &[&str] = &[
+    "system",
+    "developer",
+    "user",
+    "assistant",
+    "tool",
+    "function",
+];
+
+impl ChatRequest {
+    /// Parses and validates a request body. Every failure names the offending field.
+    pub fn from_slice(body: &[u8]) -> Result<ChatRequest, ApiError> {
+        let value: Value = serde_json::from_slice(body).map_err(|e| {
+            ApiError::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!("the request body is not valid JSON: {e}"),
+            )
+            .with_code("invalid_json")
+        })?;
+        let Value::Object(map) = value else {
+            return Err(ApiError::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!(
+                    "the request body must be a JSON object with `model` and `messages`, got {}",
+                    kind_of(&value)
+                ),
+            )
+            .with_code("invalid_json"));
+        };
+        ChatRequest::from_map(map)
+    }
+
+    pub fn from_map(mut map: Map<String, Value>) -> Result<ChatRequest, ApiError> {
+        let model = match map.remove("model") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.trim().is_empty() => None,
+            Some(Value::String(s)) => Some(s),
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "model",
+                    format!("`model` must be a string, got {}", kind_of(&other)),
+                ));
+            }
+        };
+
+        let messages = match map.remove("messages") {
+            None | Some(Value::Null) => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    "`messages` is required: a non-empty array of chat messages such as \
+                     [{\"role\":\"user\",\"content\":\"hello\"}]",
+                ));
+            }
+            Some(Value::Array(a)) if a.is_empty() => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    "`messages` is empty: send at least one message",
+                ));
+            }
+            Some(Value::Array(a)) => a,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!(
+                        "`messages` must be an array of messages, got {}",
+                        kind_of(&other)
+                    ),
+                ));
+            }
+        };
+        for (i, m) in messages.iter().enumerate() {
+            validate_message(i, m)?;
+        }
+
+        let stream = match map.remove("stream") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => b,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "stream",
+                    format!("`stream` must be true or false, got {}", kind_of(&other)),
+                ));
+            }
+        };
+
+        let include_usage = match map.remove("stream_options") {
+            None | Some(Value::Null) => false,
+            Some(Value::Object(o)) => match o.get("include_usage") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(ApiError::invalid(
+                        "stream_options.include_usage",
+                        format!(
+                            "`stream_options.include_usage` must be true or false, got {}",
+                            kind_of(other)
+                        ),
+                    ));
+                }
+            },
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "stream_options",
+                    format!(
+                        "`stream_options` must be an object, got {}",
+                        kind_of(&other)
+                    ),
+                ));
+            }
+        };
+
+        match map.get("n") {
+            None | Some(Value::Null) => {}
+            Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "n",
+                    format!(
+                        "n = {other} is not supported: toolpilot runs the tools of one \
+                         conversation at a time; send n = 1 or leave it out"
+                    ),
+                ));
+            }
+        }
+
+        let tools = match map.remove("tools") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(a)) => {
+                for (i, t) in a.iter().enumerate() {
+                    validate_tool(i, t)?;
+                }
+                Some(a)
+            }
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "tools",
+                    format!(
+                        "`tools` must be an array of tool definitions, got {}",
+                        kind_of(&other)
+                    ),
+                ));
+            }
+        };
+
+        let current_file = match map.remove("toolpilot") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(o)) => {
+                for key in o.keys() {
+                    if key != "current_file" {
+                        return Err(ApiError::invalid(
+                            &format!("toolpilot.{key}"),
+                            format!(
+                                "unknown field `toolpilot.{key}`; the `toolpilot` object accepts \
+                                 only `current_file`"
+                            ),
+                        ));
+                    }
+                }
+                match o.get("current_file") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(other) => {
+                        return Err(ApiError::invalid(
+                            "toolpilot.current_file",
+                            format!(
+                                "`toolpilot.current_file` must be a path string, got {}",
+                                kind_of(other)
+                            ),
+                        ));
+                    }
+                }
+            }
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "toolpilot",
+                    format!("`toolpilot` must be an object, got {}", kind_of(&other)),
+                ));
+            }
+        };
+
+        Ok(ChatRequest {
+            model,
+            messages,
+            stream,
+            include_usage,
+            tools,
+            current_file,
+            extra: map,
+        })
+    }
+}
+
+fn validate_message(i: usize, m: &Value) -> Result<(), ApiError> {
+    let param = format!("messages[{i}]");
+    let Value::Object(o) = m else {
+        return Err(ApiError::invalid(
+            &param,
+            format!(
+                "{param} must be an object with `role` and `content`, got {}",
+                kind_of(m)
+            ),
+        ));
+    };
+    let role = match o.get("role") {
+        Some(Value::String(r)) => r.as_str(),
+        None => {
+            return Err(ApiError::invalid(
+                &format!("{param}.role"),
+                format!("{param} has no `role`; use one of {}", ROLES.join(", ")),
+            ));
+        }
+        Some(other) => {
+            return Err(ApiError::invalid(
+                &format!("{param}.role"),
+                format!("{param}.role must be a string, got {}", kind_of(other)),
+            ));
+        }
+    };
+    if !ROLES.contains(&role) {
+        return Err(ApiError::invalid(
+            &format!("{param}.role"),
+            format!(
+                "{param}.role \"{role}\" is not a chat role; use one of {}",
+                ROLES.join(", ")
+            ),
+        ));
+    }
+    match o.get("content") {
+        None | Some(Value::Null) | Some(Value::String(_)) | Some(Value::Array(_)) => {}
+        Some(other) => {
+            return Err(ApiError::invalid(
+                &format!("{param}.content"),
+                format!(
+                    "{param}.content must be a string or an array of content parts, got {}",
+                    kind_of(other)
+                ),
+            ));
+        }
+    }
+    if role == "tool" && !matches!(o.get("tool_call_id"), Some(Value::String(_))) {
+        return Err(ApiError::invalid(
+            &format!("{param}.tool_call_id"),
+            format!(
+                "{param} has role \"tool\" but no `tool_call_id`; a tool result must name the \
+                 assistant tool call it answers"
+            ),
+        ));
+    }
+    if let Some(calls) = o.get("tool_calls") {
+        let ok = match calls {
+            Value::Null => true,
+            Value::Array(a) => a.iter().all(|c| {
+                c.get("function")
+                    .and_then(|f| f.get("name"))
+                    .is_some_and(Value::is_string)
+            }),
+            _ => false,
+        };
+        if !ok {
+            return Err(ApiError::invalid(
+                &format!("{param}.tool_calls"),
+                format!(
+                    "{param}.tool_calls must be an array of {{\"id\",\"type\":\"function\",\
+                     \"function\":{{\"name\",\"arguments\"}}}} objects"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_tool(i: usize, t: &Value) -> Result<(), ApiError> {
+    let param = format!("tools[{i}]");
+    let Value::Object(o) = t else {
+        return Err(ApiError::invalid(
+            &param,
+            format!("{param} must be an object, got {}", kind_of(t)),
+        ));
+    };
+    // Non-function tool types are the client's business; forward them untouched.
+    if o.get("type").and_then(Value::as_str).unwrap_or("function") != "function" {
+        return Ok(());
+    }
+    match o.get("function").and_then(|f| f.get("name")) {
+        Some(Value::String(name)) if !name.is_empty() => Ok(()),
+        _ => Err(ApiError::invalid(
+            &format!("{param}.function.name"),
+            format!(
+                "{param} needs `function.name`: tools look like {{\"type\":\"function\",\
+                 \"function\":{{\"name\":\"…\",\"parameters\":{{…}}}}}}"
+            ),
+        )),
+    }
+}
+
+/// "a string", "an array", … for error messages.
+pub fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check_err(body: &str, expected: &str) {
+        let err = ChatRequest::from_slice(body.as_bytes()).unwrap_err();
+        assert!(
+            err.message.contains(expected),
+            "error {:?} does not contain {expected:?}",
+            err.message
+        );
+        assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn rejects_bad_requests_with_specific_messages() {
+        check_err("{", "not valid JSON");
+        check_err("[1]", "must be a JSON object");
+        check_err(r#"{"model":"m"}"#, "`messages` is required");
+        check_err(r#"{"messages":[]}"#, "`messages` is empty");
+        check_err(r#"{"messages":"hi"}"#, "`messages` must be an array");
+        check_err(r#"{"messages":[1]}"#, "messages[0] must be an object");
+        check_err(
+            r#"{"messages":[{"content":"x"}]}"#,
+            "messages[0] has no `role`",
+        );
+        check_err(
+            r#"{"messages":[{"role":"robot"}]}"#,
+            "\"robot\" is not a chat role",
+        );
+        check_err(
+            r#"{"messages":[{"role":"user","content":5}]}"#,
+            "content must be a string",
+        );
+        check_err(
+            r#"{"messages":[{"role":"tool","content":"x"}]}"#,
+            "no `tool_call_id`",
+        );
+        check_err(
+            r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#,
+            "n = 2 is not supported",
+        );
+        check_err(
+            r#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#,
+            "`stream` must be",
+        );
+        check_err(
+            r#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}"#,
+            "tools[0] needs `function.name`",
+        );
+        check_err(
+            r#"{"messages":[{"role":"user","content":"x"}],"toolpilot":{"x":1}}"#,
+            "unknown field `toolpilot.x`",
+        );
+    }
+
+    #[test]
+    fn keeps_unknown_fields_for_the_upstream() {
+        let r = ChatRequest::from_slice(
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":0.2,
+                "stream":true,"stream_options":{"include_usage":true},"seed":7,"n":1,
+                "toolpilot":{"current_file":"src/a.rs"}}"#,
+        )
+        .unwrap();
+        assert!(r.stream && r.include_usage);
+        assert_eq!(r.current_file.as_deref(), Some("src/a.rs"));
+        assert_eq!(r.extra.get("temperature"), Some(&serde_json::json!(0.2)));
+        assert_eq!(r.extra.get("seed"), Some(&serde_json::json!(7)));
+        assert!(!r.extra.contains_key("stream_options"));
+    }
+}

@@ -1,0 +1,494 @@
+//! The permission policy: a pure function from a tool call's targets to a [`Decision`].
+//!
+//! Vocabulary from Continue: a tool's base level is `allowedWithoutPermission` (allow),
+//! `allowedWithPermission` (ask) or `disabled`. On top come rules in the form `tool` or
+//! `tool(specifier)` in three lists. Evaluation order: a disabled tool is refused; then deny
+//! rules, then ask rules, then allow rules, then the tool's base level. A specifier is a
+//! glob matched against the workspace-relative path (path tools) or the pattern (search
+//! tools). Security-sensitive files are refused for every tool that reads content, whatever
+//! the rules say. Nothing a model or client sends can change the result: the inputs are the
+//! configuration and the resolved targets. Only `tools::registry` calls [`Policy::decide`].
+
+use std::collections::BTreeMap;
+
+use globset::{GlobBuilder, GlobMatcher};
+
+use crate::config::PolicyConfig;
+use crate::tools::Target;
+use crate::workspace::Workspace;
+
+/// A tool's base policy, in Continue's vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// `allowedWithoutPermission`
+    Allow,
+    /// `allowedWithPermission`
+    Ask,
+    /// `disabled`: never offered to the model, calls refused.
+    Disabled,
+}
+
+impl Level {
+    pub fn parse(s: &str) -> Option<Level> {
+        match s {
+            "allowedWithoutPermission" | "allow" => Some(Level::Allow),
+            "allowedWithPermission" | "ask" => Some(Level::Ask),
+            "disabled" | "deny" => Some(Level::Disabled),
+            _ => None,
+        }
+    }
+
+    /// Continue's name for the level.
+    pub fn as_continue(self) -> &'static str {
+        match self {
+            Level::Allow => "allowedWithoutPermission",
+            Level::Ask => "allowedWithPermission",
+            Level::Disabled => "disabled",
+        }
+    }
+}
+
+/// What the policy says about one tool call, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow { reason: String },
+    Ask { reason: String },
+    Deny { reason: String },
+}
+
+impl Decision {
+    pub fn reason(&self) -> &str {
+        match self {
+            Decision::Allow { reason } | Decision::Ask { reason } | Decision::Deny { reason } => {
+                reason
+            }
+        }
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Decision::Allow { .. } => "allow",
+            Decision::Ask { .. } => "ask",
+            Decision::Deny { .. } => "deny",
+        }
+    }
+}
+
+/// Every tool name of Continue's reference, with its default policy and whether it is
+/// read-only. The single source of the defaults.
+pub const REFERENCE_TOOLS: &[(&str, Level)] = &[
+    ("read_file", Level::Allow),
+    ("read_file_range", Level::Allow),
+    ("read_currently_open_file", Level::Ask),
+    ("create_new_file", Level::Ask),
+    ("edit_existing_file", Level::Ask),
+    ("single_find_and_replace", Level::Ask),
+    ("multi_edit", Level::Ask),
+    ("search_and_replace_in_file", Level::Ask),
+    ("grep_search", Level::Allow),
+    ("file_glob_search", Level::Allow),
+    ("search_web", Level::Allow),
+    ("view_diff", Level::Allow),
+    ("ls", Level::Allow),
+    ("create_rule_block", Level::Disabled),
+    ("request_rule", Level::Disabled),
+    ("fetch_url_content", Level::Ask),
+    ("codebase", Level::Ask),
+    ("run_terminal_command", Level::Ask),
+    ("read_skill", Level::Ask),
+    ("view_repo_map", Level::Ask),
+    ("view_subdirectory", Level::Ask),
+];
+
+pub fn known_tool_names() -> Vec<&'static str> {
+    REFERENCE_TOOLS.iter().map(|(n, _)| *n).collect()
+}
+
+/// The reference's default level for a tool (`Ask` for names it does not list).
+pub fn reference_default(tool: &str) -> Level {
+    REFERENCE_TOOLS
+        .iter()
+        .find(|(n, _)| *n == tool)
+        .map(|(_, l)| *l)
+        .unwrap_or(Level::Ask)
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    /// Where it came from, for the log and the model: `policy.deny[0] read_file(**/.env)`.
+    source: String,
+    tool: String,
+    spec: Option<Spec>,
+}
+
+#[derive(Debug, Clone)]
+enum Spec {
+    /// A glob over the path (or pattern) the call targets.
+    Glob {
+        matcher: GlobMatcher,
+        basename: bool,
+    },
+}
+
+/// The compiled policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    levels: BTreeMap<String, Level>,
+    deny: Vec<Rule>,
+    ask: Vec<Rule>,
+    allow: Vec<Rule>,
+}
+
+impl Policy {
+    /// Compiles the configured policy. Errors name the list and index of a bad rule.
+    pub fn new(cfg: &PolicyConfig) -> Result<Policy, String> {
+        let compile = |list: &[String], key: &str| -> Result<Vec<Rule>, String> {
+            list.iter()
+                .enumerate()
+                .map(|(i, text)| {
+                    parse_rule(text)
+                        .map(|(tool, spec)| Rule {
+                            source: format!("policy.{key}[{i}] `{text}`"),
+                            tool,
+                            spec,
+                        })
+                        .map_err(|e| format!("policy.{key}[{i}] {text:?}: {e}"))
+                })
+                .collect()
+        };
+        Ok(Policy {
+            levels: cfg.tools.clone(),
+            deny: compile(&cfg.deny, "deny")?,
+            ask: compile(&cfg.ask, "ask")?,
+            allow: compile(&cfg.allow, "allow")?,
+        })
+    }
+
+    /// The base level of a tool: the configured override, else the reference default.
+    pub fn level(&self, tool: &str) -> Level {
+        self.levels
+            .get(tool)
+            .copied()
+            .unwrap_or_else(|| reference_default(tool))
+    }
+
+    /// Where a tool's base level comes from.
+    pub fn level_source(&self, tool: &str) -> &'static str {
+        if self.levels.contains_key(tool) {
+            "config"
+        } else {
+            "default"
+        }
+    }
+
+    /// Rules that mention a tool, for `toolpilot tools`.
+    pub fn rules_for(&self, tool: &str) -> Vec<String> {
+        self.deny
+            .iter()
+            .chain(&self.ask)
+            .chain(&self.allow)
+            .filter(|r| r.tool == tool)
+            .map(|r| r.source.clone())
+            .collect()
+    }
+
+    /// Decides on one call of `tool` acting on `targets`.
+    pub fn decide(&self, tool: &str, targets: &[Target], ws: &Workspace) -> Decision {
+        let level = self.level(tool);
+        if level == Level::Disabled {
+            return Decision::Deny {
+                reason: format!(
+                    "{tool} is disabled by the policy ({})",
+                    if self.levels.contains_key(tool) {
+                        "policy.tools"
+                    } else {
+                        "default"
+                    }
+                ),
+            };
+        }
+        for t in targets {
+            if let Target::Path {
+                path,
+                reads_content: true,
+            } = t
+            {
+                if let Some(pattern) = ws.sensitive_match(path, false) {
+                    return Decision::Deny {
+                        reason: format!(
+                            "{} is a security-sensitive file (matches `{pattern}` in the \
+                             sensitive-file list); reading or editing it is not allowed",
+                            path.display()
+                        ),
+                    };
+                }
+            }
+        }
+        if let Some(r) = self.deny.iter().find(|r| r.matches_any(tool, targets)) {
+            return Decision::Deny {
+                reason: format!("denied by {}", r.source),
+            };
+        }
+        if let Some(r) = self.ask.iter().find(|r| r.matches_any(tool, targets)) {
+            return Decision::Ask {
+                reason: format!("{} requires approval", r.source),
+            };
+        }
+        if let Some(r) = self.allow.iter().find(|r| r.matches_all(tool, targets)) {
+            return Decision::Allow {
+                reason: format!("allowed by {}", r.source),
+            };
+        }
+        let source = if self.levels.contains_key(tool) {
+            format!("policy.tools.{tool} = {}", level.as_continue())
+        } else {
+            format!("default policy of {tool} ({})", level.as_continue())
+        };
+        match level {
+            Level::Allow => Decision::Allow { reason: source },
+            _ => Decision::Ask {
+                reason: format!("{source} requires approval"),
+            },
+        }
+    }
+}
+
+impl Rule {
+    fn spec_matches(&self, target: &Target) -> bool {
+        let Some(Spec::Glob { matcher, basename }) = &self.spec else {
+            return true;
+        };
+        match target {
+            Target::Path { path, .. } => {
+                let rel = path.rel();
+                matcher.is_match(rel)
+                    || (*basename && rel.file_name().is_some_and(|n| matcher.is_match(n)))
+            }
+            Target::Pattern(p) => matcher.is_match(p),
+        }
+    }
+
+    fn matches_any(&self, tool: &str, targets: &[Target]) -> bool {
+        self.tool == tool && (self.spec.is_none() || targets.iter().any(|t| self.spec_matches(t)))
+    }
+
+    fn matches_all(&self, tool: &str, targets: &[Target]) -> bool {
+        self.tool == tool
+            && (self.spec.is_none()
+                || (!targets.is_empty() && targets.iter().all(|t| self.spec_matches(t))))
+    }
+}
+
+/// `tool` or `tool(specifier)`.
+fn parse_rule(text: &str) -> Result<(String, Option<Spec>), String> {
+    let text = text.trim();
+    let (tool, spec) = match text.find('(') {
+        None => (text, None),
+        Some(open) => {
+            let Some(inner) = text[open + 1..].strip_suffix(')') else {
+                return Err("a rule is `tool` or `tool(specifier)`; the `)` is missing".into());
+            };
+            (&text[..open], Some(inner.trim()))
+        }
+    };
+    let tool = tool.trim();
+    let known = known_tool_names();
+    if !known.contains(&tool) {
+        return Err(format!(
+            "there is no built-in tool named {tool:?}; known tools: {}",
+            known.join(", ")
+        ));
+    }
+    let spec = match spec {
+        None => None,
+        Some("") => return Err("the specifier inside `()` is empty".into()),
+        Some(s) => {
+            let glob = GlobBuilder::new(s)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| format!("{s:?} is not a glob: {e}"))?;
+            Some(Spec::Glob {
+                matcher: glob.compile_matcher(),
+                basename: !s.contains('/'),
+            })
+        }
+    };
+    Ok((tool.to_string(), spec))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws() -> (tempfile::TempDir, Workspace) {
+        let tmp = tempfile::tempdir().unwrap();
+        let sens: Vec<String> = crate::workspace::DEFAULT_SENSITIVE
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let ws = Workspace::open(tmp.path(), &sens).unwrap();
+        (tmp, ws)
+    }
+
+    fn policy(tools: &[(&str, &str)], allow: &[&str], ask: &[&str], deny: &[&str]) -> Policy {
+        let v = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+        Policy::new(&PolicyConfig {
+            tools: tools
+                .iter()
+                .map(|(t, l)| (t.to_string(), Level::parse(l).unwrap()))
+                .collect(),
+            allow: v(allow),
+            ask: v(ask),
+            deny: v(deny),
+        })
+        .unwrap()
+    }
+
+    #[track_caller]
+    fn check(p: &Policy, ws: &Workspace, tool: &str, path: Option<&str>, expected: &str) {
+        let targets: Vec<Target> = path
+            .map(|raw| Target::Path {
+                path: ws.resolve(raw).unwrap(),
+                reads_content: true,
+            })
+            .into_iter()
+            .collect();
+        let d = p.decide(tool, &targets, ws);
+        let got = format!("{}: {}", d.label(), d.reason());
+        assert!(
+            got.starts_with(expected),
+            "got {got:?}, expected to start with {expected:?}"
+        );
+    }
+
+    #[test]
+    fn defaults_follow_the_reference() {
+        let (_t, ws) = ws();
+        let p = policy(&[], &[], &[], &[]);
+        check(
+            &p,
+            &ws,
+            "read_file",
+            Some("src/a.rs"),
+            "allow: default policy of read_file",
+        );
+        check(
+            &p,
+            &ws,
+            "read_currently_open_file",
+            None,
+            "ask: default policy",
+        );
+        check(
+            &p,
+            &ws,
+            "view_subdirectory",
+            Some("src"),
+            "ask: default policy",
+        );
+        check(
+            &p,
+            &ws,
+            "request_rule",
+            None,
+            "deny: request_rule is disabled by the policy (default)",
+        );
+        check(
+            &p,
+            &ws,
+            "read_file",
+            Some(".env"),
+            "deny: .env is a security-sensitive file",
+        );
+        check(
+            &p,
+            &ws,
+            "read_file",
+            Some("config/.ssh/id"),
+            "deny: config/.ssh/id is a security-sensitive",
+        );
+    }
+
+    #[test]
+    fn deny_beats_ask_beats_allow_beats_default() {
+        let (_t, ws) = ws();
+        let p = policy(
+            &[("ls", "ask"), ("grep_search", "disabled")],
+            &["read_file(src/**)", "ls", "view_subdirectory"],
+            &["read_file(src/gen/**)"],
+            &["read_file(**/secret*)", "read_file(*.pem)"],
+        );
+        check(
+            &p,
+            &ws,
+            "read_file",
+            Some("src/a.rs"),
+            "allow: allowed by policy.allow[0]",
+        );
+        check(
+            &p,
+            &ws,
+            "read_file",
+            Some("src/gen/x.rs"),
+            "ask: policy.ask[0] `read_file(src/gen/**)` requires approval",
+        );
+        check(
+            &p,
+            &ws,
+            "read_file",
+            Some("src/secret.txt"),
+            "deny: denied by policy.deny[0]",
+        );
+        check(
+            &p,
+            &ws,
+            "read_file",
+            Some("secret.md"),
+            "deny: denied by policy.deny[0]",
+        );
+        check(
+            &p,
+            &ws,
+            "ls",
+            Some("."),
+            "allow: allowed by policy.allow[1]",
+        );
+        check(
+            &p,
+            &ws,
+            "grep_search",
+            None,
+            "deny: grep_search is disabled by the policy (policy.tools)",
+        );
+        check(
+            &p,
+            &ws,
+            "read_file",
+            Some("README.md"),
+            "allow: default policy",
+        );
+        // An allow rule with a specifier never matches a call without targets.
+        check(
+            &p,
+            &ws,
+            "view_subdirectory",
+            None,
+            "allow: allowed by policy.allow[2]",
+        );
+    }
+
+    #[test]
+    fn bad_rules_are_explained() {
+        let bad = |r: &str| {
+            Policy::new(&PolicyConfig {
+                deny: vec![r.to_string()],
+                ..PolicyConfig::default()
+            })
+            .unwrap_err()
+        };
+        assert!(bad("reed_file").contains("no built-in tool named \"reed_file\""));
+        assert!(bad("read_file(a").contains("`)` is missing"));
+        assert!(bad("read_file()").contains("specifier inside `()` is empty"));
+        assert!(bad("read_file([)").contains("is not a glob"));
+    }
+}

@@ -1,0 +1,267 @@
+//! The HTTP surface: routes, the security guard, and serving with graceful shutdown.
+//!
+//! Every response passes through [`run_id_layer`] (it carries `x-toolpilot-run-id`) and
+//! [`guard`] (loopback `Host` names only, no cross-origin browser requests unless allowed,
+//! the bearer token when one is configured). Panics become an OpenAI-shaped 500. Only this
+//! module and `error.rs` know axum.
+
+pub mod routes;
+pub mod sse;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+
+use crate::agent::Engine;
+use crate::config::ServerConfig;
+use crate::error::ApiError;
+
+pub const RUN_ID_HEADER: &str = "x-toolpilot-run-id";
+pub const CURRENT_FILE_HEADER: &str = "x-toolpilot-current-file";
+
+/// Shared by all handlers.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub server: Arc<ServerConfig>,
+}
+
+/// The id of the request's run, set by [`run_id_layer`].
+#[derive(Clone, Debug)]
+pub struct RunId(pub String);
+
+/// A new run id: time-ordered, unique enough for one machine.
+pub fn new_run_id() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    format!("{ms:011x}{:08x}", fastrand::u32(..))
+}
+
+pub fn router(state: AppState) -> Router {
+    let limit = state.server.max_body_bytes;
+    Router::new()
+        .route("/v1/chat/completions", post(routes::chat_completions))
+        .route("/chat/completions", post(routes::chat_completions))
+        .route("/v1/models", get(routes::models))
+        .route("/models", get(routes::models))
+        .route("/healthz", get(routes::healthz))
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            panic_response,
+        ))
+        .layer(middleware::from_fn(run_id_layer))
+        .with_state(state)
+}
+
+/// Checks that a bind address is safe for the configuration.
+pub fn check_bind(server: &ServerConfig) -> Result<(), String> {
+    if !server.bind.ip().is_loopback() && server.bearer_token.is_none() {
+        return Err(format!(
+            "refusing to listen on {} without a bearer token: anyone who can reach that \
+             address could run tools in your workspace. Set {} (server.bearer_token_env) to a \
+             secret token, or bind a loopback address such as 127.0.0.1:7979",
+            server.bind, server.bearer_token_env
+        ));
+    }
+    Ok(())
+}
+
+/// Serves until `shutdown` resolves, then finishes in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(state);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}
+
+async fn run_id_layer(mut req: Request, next: Next) -> Response {
+    let id = new_run_id();
+    req.extensions_mut().insert(RunId(id.clone()));
+    let mut resp = next.run(req).await;
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(RUN_ID_HEADER, v);
+    }
+    resp
+}
+
+fn panic_response(_err: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    ApiError::internal(
+        "internal error: the request failed unexpectedly; details are in the server log",
+    )
+    .into_response()
+}
+
+/// Loopback names that are always accepted in `Host`.
+fn is_loopback_host(host: &str) -> bool {
+    matches!(host, "localhost" | "127.0.0.1" | "[::1]" | "::1")
+        || host.ends_with(".localhost")
+        || host
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `example.com:80` → `example.com`; `[::1]:7979` → `[::1]`.
+fn host_name(value: &str) -> &str {
+    if value.starts_with('[') {
+        return match value.find(']') {
+            Some(end) => &value[..=end],
+            None => value,
+        };
+    }
+    match value.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => value,
+    }
+}
+
+async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let cfg = &state.server;
+    let headers = req.headers();
+    if let Some(host) = headers.get(header::HOST) {
+        let host = host.to_str().unwrap_or("").to_ascii_lowercase();
+        let name = host_name(&host);
+        let bind_ip = cfg.bind.ip().to_string();
+        let ok = is_loopback_host(name)
+            || name == bind_ip
+            || cfg
+                .allowed_hosts
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(name));
+        if !ok {
+            return ApiError::forbidden(format!(
+                "Host {host:?} is not allowed: toolpilot answers only requests addressed to a \
+                 loopback name (localhost, 127.0.0.1, [::1]), which protects it from DNS \
+                 rebinding. Add the name to server.allowed_hosts to allow it"
+            ))
+            .with_code("host_not_allowed")
+            .into_response();
+        }
+    }
+    let origin = headers
+        .get(header::ORIGIN)
+        .map(|o| o.to_str().unwrap_or("").to_string());
+    if let Some(origin) = &origin {
+        if !cfg.allowed_origins.iter().any(|o| o == origin) {
+            return ApiError::forbidden(format!(
+                "cross-origin requests are not allowed (Origin {origin:?}): a web page must not \
+                 be able to drive tools in your workspace. Add the origin to \
+                 server.allowed_origins if you trust it"
+            ))
+            .with_code("origin_not_allowed")
+            .into_response();
+        }
+        if req.method() == Method::OPTIONS {
+            return cors(StatusCode::NO_CONTENT.into_response(), origin);
+        }
+    }
+    if let Some(token) = &cfg.bearer_token {
+        if !bearer_matches(req.headers(), token) {
+            return ApiError::unauthorized(format!(
+                "missing or wrong bearer token: send `Authorization: Bearer <token>` with the \
+                 token from {}",
+                cfg.bearer_token_env
+            ))
+            .into_response();
+        }
+    }
+    let resp = next.run(req).await;
+    match &origin {
+        Some(o) => cors(resp, o),
+        None => resp,
+    }
+}
+
+fn cors(mut resp: Response, origin: &str) -> Response {
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(origin) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+    }
+    h.insert(header::VARY, HeaderValue::from_static("Origin"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, OPTIONS"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("authorization, content-type, x-toolpilot-current-file"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(RUN_ID_HEADER),
+    );
+    resp
+}
+
+/// Constant-time comparison of the presented bearer token.
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let Some(value) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let Some(presented) = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (presented.trim().as_bytes(), token.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names() {
+        assert_eq!(host_name("localhost:7979"), "localhost");
+        assert_eq!(host_name("[::1]:7979"), "[::1]");
+        assert_eq!(host_name("example.com"), "example.com");
+        assert!(is_loopback_host("127.0.0.2"));
+        assert!(is_loopback_host("app.localhost"));
+        assert!(!is_loopback_host("127.0.0.1.evil.com"));
+        assert!(!is_loopback_host("evil.com"));
+    }
+
+    #[test]
+    fn bearer_comparison() {
+        let mut h = HeaderMap::new();
+        assert!(!bearer_matches(&h, "s3cret"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer s3cret"),
+        );
+        assert!(bearer_matches(&h, "s3cret"));
+        assert!(!bearer_matches(&h, "s3cre"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Basic s3cret"),
+        );
+        assert!(!bearer_matches(&h, "s3cret"));
+    }
+}

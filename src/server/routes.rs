@@ -1,0 +1,329 @@
+//! The handlers: chat completions (streamed and not), models, health, and the fallbacks.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Extension;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
+use serde_json::json;
+
+use super::sse::{ChunkEncoder, KEEPALIVE};
+use super::{AppState, CURRENT_FILE_HEADER, RunId};
+use crate::agent::{RunEvent, RunHandle, RunOptions};
+use crate::error::ApiError;
+use crate::openai::{ChatRequest, ToolCall};
+
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    Extension(RunId(run_id)): Extension<RunId>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) => return body_error(&rejection, state.server.max_body_bytes),
+    };
+    let mut req = match ChatRequest::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    if req.current_file.is_none() {
+        req.current_file = headers
+            .get(CURRENT_FILE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .filter(|s| !s.trim().is_empty());
+    }
+    let model = state.engine.shown_model(&req);
+    let stream = req.stream;
+    let include_usage = req.include_usage;
+    let handle = state.engine.start(
+        req,
+        RunOptions {
+            run_id: run_id.clone(),
+            live: stream,
+        },
+    );
+    let enc = ChunkEncoder::new(&run_id, &model);
+    if stream {
+        stream_response(handle, enc, include_usage, state.server.keepalive).await
+    } else {
+        collect_response(handle, enc).await
+    }
+}
+
+fn body_error(rejection: &BytesRejection, limit: usize) -> Response {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!(
+                "the request body is larger than the limit of {limit} bytes \
+                 (server.max_body_bytes)"
+            ),
+        )
+        .with_code("request_too_large")
+        .into_response();
+    }
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        format!("cannot read the request body: {}", rejection.body_text()),
+    )
+    .into_response()
+}
+
+fn run_ended_early() -> ApiError {
+    ApiError::internal("the run ended unexpectedly; details are in the server log")
+}
+
+async fn collect_response(mut handle: RunHandle, enc: ChunkEncoder) -> Response {
+    let mut content = String::new();
+    let mut reasoning = String::new();
+    let mut calls: Vec<ToolCall> = Vec::new();
+    while let Some(ev) = handle.events.recv().await {
+        match ev {
+            RunEvent::Content(t) => content.push_str(&t),
+            RunEvent::Reasoning(t) => reasoning.push_str(&t),
+            RunEvent::ClientToolCalls(c) => calls = c,
+            RunEvent::ToolStarted { .. } | RunEvent::ToolFinished { .. } => {}
+            RunEvent::Done {
+                finish_reason,
+                usage,
+                ..
+            } => {
+                let body = enc.completion(&content, &reasoning, &calls, &finish_reason, &usage);
+                return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+            }
+            RunEvent::Failed(e) => return e.into_response(),
+        }
+    }
+    run_ended_early().into_response()
+}
+
+/// State of one outbound event stream.
+struct Outbound {
+    handle: RunHandle,
+    enc: ChunkEncoder,
+    include_usage: bool,
+    keepalive: Duration,
+    pending: Option<RunEvent>,
+    started: bool,
+    finished: bool,
+}
+
+impl Outbound {
+    /// Encodes one event; returns true when the stream is complete.
+    fn encode(&mut self, ev: RunEvent, out: &mut BytesMut) -> bool {
+        match ev {
+            RunEvent::Content(t) => self.enc.content(out, &t),
+            RunEvent::Reasoning(t) => self.enc.reasoning(out, &t),
+            RunEvent::ToolStarted {
+                name, arguments, ..
+            } => ChunkEncoder::comment(
+                out,
+                &format!(
+                    "toolpilot: running {name} {}",
+                    crate::tools::args::preview(&arguments, 160)
+                ),
+            ),
+            RunEvent::ToolFinished {
+                name,
+                status,
+                duration,
+                ..
+            } => ChunkEncoder::comment(
+                out,
+                &format!(
+                    "toolpilot: {name} {} in {} ms",
+                    status.label(),
+                    duration.as_millis()
+                ),
+            ),
+            RunEvent::ClientToolCalls(calls) => {
+                for (i, call) in calls.iter().enumerate() {
+                    self.enc.tool_call(out, i, call);
+                }
+            }
+            RunEvent::Done {
+                finish_reason,
+                usage,
+                ..
+            } => {
+                self.enc.finish(out, &finish_reason);
+                if self.include_usage {
+                    self.enc.usage(out, &usage);
+                }
+                ChunkEncoder::done(out);
+                return true;
+            }
+            RunEvent::Failed(e) => {
+                ChunkEncoder::error(out, &e.body());
+                ChunkEncoder::done(out);
+                return true;
+            }
+        }
+        false
+    }
+
+    async fn next_bytes(&mut self) -> Option<Bytes> {
+        if self.finished {
+            return None;
+        }
+        let mut out = BytesMut::new();
+        if !self.started {
+            self.started = true;
+            self.enc.role(&mut out);
+        }
+        let first = match self.pending.take() {
+            Some(ev) => Some(ev),
+            None if !out.is_empty() => match self.handle.events.try_recv() {
+                Ok(ev) => Some(ev),
+                Err(_) => return Some(out.freeze()),
+            },
+            None => match tokio::time::timeout(self.keepalive, self.handle.events.recv()).await {
+                Err(_) => return Some(Bytes::from_static(KEEPALIVE)),
+                Ok(ev) => ev,
+            },
+        };
+        let Some(ev) = first else {
+            self.finished = true;
+            ChunkEncoder::error(&mut out, &run_ended_early().body());
+            ChunkEncoder::done(&mut out);
+            return Some(out.freeze());
+        };
+        if self.encode(ev, &mut out) {
+            self.finished = true;
+            return Some(out.freeze());
+        }
+        // Coalesce what is already waiting into one write.
+        while out.len() < 32 * 1024 {
+            match self.handle.events.try_recv() {
+                Ok(ev) => {
+                    if self.encode(ev, &mut out) {
+                        self.finished = true;
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        Some(out.freeze())
+    }
+}
+
+async fn stream_response(
+    mut handle: RunHandle,
+    enc: ChunkEncoder,
+    include_usage: bool,
+    keepalive: Duration,
+) -> Response {
+    // Wait for the run's first event: an error before anything happened gets a real status.
+    let first = match handle.events.recv().await {
+        None => return run_ended_early().into_response(),
+        Some(RunEvent::Failed(e)) => return e.into_response(),
+        Some(ev) => ev,
+    };
+    let outbound = Outbound {
+        handle,
+        enc,
+        include_usage,
+        keepalive,
+        pending: Some(first),
+        started: false,
+        finished: false,
+    };
+    let stream = futures_util::stream::unfold(outbound, |mut o| async move {
+        o.next_bytes()
+            .await
+            .map(|b| (Ok::<Bytes, Infallible>(b), o))
+    });
+    let mut resp = Response::new(Body::from_stream(stream));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+pub async fn models(State(state): State<AppState>) -> Response {
+    match state.engine.models().await {
+        Ok(v) => ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn healthz(State(state): State<AppState>) -> Response {
+    let engine = &state.engine;
+    let tools: Vec<&str> = engine
+        .registry
+        .tools()
+        .map(|t| t.name())
+        .filter(|n| engine.registry.is_enabled(n))
+        .collect();
+    let body = json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "workspace": engine.workspace.root().display().to_string(),
+        "upstream": engine.upstream.describe(),
+        "demo_model": engine.upstream.is_demo(),
+        "server_tools": tools,
+        "sandbox": sandbox_status(),
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// What the kernel offers for sandboxing commands (Landlock is listed among active LSMs).
+fn sandbox_status() -> serde_json::Value {
+    match std::fs::read_to_string("/sys/kernel/security/lsm") {
+        Ok(lsms) => json!({
+            "landlock_enabled": lsms.split(',').any(|l| l.trim() == "landlock"),
+            "lsms": lsms.trim(),
+            "commands": "run_terminal_command is not executed server-side in this version; clients that declare it run it themselves",
+        }),
+        Err(e) => json!({
+            "landlock_enabled": null,
+            "detail": format!("cannot read /sys/kernel/security/lsm: {e}"),
+            "commands": "run_terminal_command is not executed server-side in this version; clients that declare it run it themselves",
+        }),
+    }
+}
+
+pub async fn not_found(method: Method, uri: Uri) -> Response {
+    ApiError::not_found(format!(
+        "unknown endpoint {method} {}: toolpilot serves POST /v1/chat/completions, \
+         GET /v1/models and GET /healthz",
+        uri.path()
+    ))
+    .into_response()
+}
+
+pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    let allowed = if uri.path().ends_with("chat/completions") {
+        "POST"
+    } else {
+        "GET"
+    };
+    let mut resp = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        format!("{method} is not allowed on {}; use {allowed}", uri.path()),
+    )
+    .with_code("method_not_allowed")
+    .into_response();
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allowed));
+    resp
+}

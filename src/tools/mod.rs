@@ -1,0 +1,201 @@
+//! The built-in tools: what each one takes, does and returns.
+//!
+//! A tool turns the model's arguments into an [`Invocation`] in [`Tool::prepare`] (argument
+//! checks and path resolution happen there, so the policy sees the resolved targets), and the
+//! invocation's future does the work. Tools never decide permissions: [`registry::Registry`]
+//! asks the policy between `prepare` and running the future, and is the only place that does.
+
+pub mod args;
+pub mod diff;
+pub mod glob;
+pub mod grep;
+pub mod ls;
+pub mod read;
+pub mod registry;
+pub mod subdir;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ToolsConfig;
+use crate::policy::Level;
+use crate::workspace::{Workspace, WorkspacePath};
+
+pub use registry::Registry;
+
+/// What a tool call acts on, as the policy sees it.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A file or directory in the workspace, and whether the tool reads its contents.
+    Path {
+        path: WorkspacePath,
+        reads_content: bool,
+    },
+    /// A search pattern (grep query, glob).
+    Pattern(String),
+}
+
+/// A tool call that passed argument checks and is ready to run once the policy allows it.
+pub struct Invocation {
+    pub targets: Vec<Target>,
+    pub job: Job,
+}
+
+/// The work of one tool call. Dropping it before it is polled runs nothing.
+pub type Job = Pin<Box<dyn Future<Output = Result<String, ToolError>> + Send>>;
+
+/// Everything a tool may use while it runs. One per run, shared by its tool calls.
+#[derive(Clone)]
+pub struct ToolEnv {
+    pub workspace: Arc<Workspace>,
+    pub config: Arc<ToolsConfig>,
+    /// The file open in the client's editor, if the client said.
+    pub current_file: Option<String>,
+    /// Cancelled when the run ends early (client gone); long tools stop at the next check.
+    pub cancel: CancellationToken,
+}
+
+/// How a tool call failed. Both variants reach the model as a tool message; the loop goes on.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The arguments are wrong; the model should fix them and call again.
+    #[error("{0}")]
+    InvalidArguments(String),
+    /// The tool ran (or tried to) and failed; the text says what to try.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A built-in tool.
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// The description the model sees.
+    fn description(&self) -> &'static str;
+    /// The JSON schema of the arguments (names and types exactly as in Continue).
+    fn parameters(&self) -> serde_json::Value;
+    /// Read-only tools may run concurrently with each other within a round.
+    fn read_only(&self) -> bool;
+    /// The default policy, from the reference.
+    fn default_policy(&self) -> Level;
+    /// Checks the arguments and resolves paths; returns the targets and the work to do.
+    fn prepare(&self, args: &args::Args, env: &ToolEnv) -> Result<Invocation, ToolError>;
+}
+
+/// The spec sent upstream for a tool, in the OpenAI shape.
+pub fn spec_json(tool: &dyn Tool) -> serde_json::Value {
+    serde_json::json!({
+        "type": "function",
+        "function": {
+            "name": tool.name(),
+            "description": tool.description(),
+            "parameters": tool.parameters(),
+        }
+    })
+}
+
+/// Runs blocking file work off the async threads.
+pub fn blocking<F>(f: F) -> Job
+where
+    F: FnOnce() -> Result<String, ToolError> + Send + 'static,
+{
+    Box::pin(async move {
+        match tokio::task::spawn_blocking(f).await {
+            Ok(r) => r,
+            Err(e) => Err(ToolError::Failed(format!(
+                "the tool stopped unexpectedly: {e}"
+            ))),
+        }
+    })
+}
+
+/// Cuts `text` to at most `budget` bytes at a line boundary where possible, and says what was
+/// cut and how to get the rest. Returns the text unchanged when it fits.
+pub fn fit_budget(text: String, budget: usize, how_to_get_more: &str) -> String {
+    if text.len() <= budget {
+        return text;
+    }
+    let mut cut = floor_char_boundary(&text, budget);
+    if let Some(nl) = text[..cut].rfind('\n') {
+        if nl > budget / 2 {
+            cut = nl + 1;
+        }
+    }
+    let shown_lines = text[..cut].lines().count();
+    let total_lines = text.lines().count();
+    let mut out = text[..cut].to_string();
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "[output cut: showing {} of {} bytes ({shown_lines} of {total_lines} lines). {how_to_get_more}]",
+        cut,
+        text.len()
+    ));
+    out
+}
+
+/// The largest index `<= i` that is a char boundary of `s`.
+pub fn floor_char_boundary(s: &str, i: usize) -> usize {
+    if i >= s.len() {
+        return s.len();
+    }
+    let mut i = i;
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// All built-in tools toolpilot executes itself, in the order they are offered.
+pub fn builtin_tools() -> Vec<Box<dyn Tool>> {
+    vec![
+        Box::new(read::ReadFile),
+        Box::new(read::ReadFileRange),
+        Box::new(read::ReadCurrentlyOpenFile),
+        Box::new(ls::Ls),
+        Box::new(glob::FileGlobSearch),
+        Box::new(grep::GrepSearch),
+        Box::new(diff::ViewDiff),
+        Box::new(subdir::ViewSubdirectory),
+    ]
+}
+
+/// Built-in names from Continue's reference that toolpilot does not execute yet. When a
+/// client declares one of these, its calls go back to the client like any client tool.
+pub const NOT_YET_SERVER_SIDE: &[(&str, &str)] = &[
+    ("create_new_file", "allowedWithPermission"),
+    ("edit_existing_file", "allowedWithPermission"),
+    ("single_find_and_replace", "allowedWithPermission"),
+    ("multi_edit", "allowedWithPermission"),
+    ("search_and_replace_in_file", "allowedWithPermission"),
+    ("run_terminal_command", "allowedWithPermission"),
+    ("fetch_url_content", "allowedWithPermission"),
+    ("search_web", "allowedWithoutPermission"),
+    ("codebase", "allowedWithPermission"),
+    ("create_rule_block", "disabled"),
+    ("request_rule", "disabled"),
+    ("read_skill", "allowedWithPermission"),
+    ("view_repo_map", "allowedWithPermission"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_budget_cuts_at_a_line_and_says_so() {
+        let text: String = (1..=100).map(|i| format!("line {i}\n")).collect();
+        let out = fit_budget(text.clone(), 100, "Narrow the request.");
+        assert!(out.starts_with("line 1\nline 2\n"));
+        assert!(out.contains("[output cut: showing"), "{out}");
+        assert!(out.contains("of 100 lines). Narrow the request.]"), "{out}");
+        assert_eq!(fit_budget("short".into(), 100, "x"), "short");
+        // Never splits a multi-byte character.
+        let s = "é".repeat(100);
+        let out = fit_budget(s, 51, "x");
+        assert!(out.starts_with(&"é".repeat(25)));
+    }
+}

@@ -1,0 +1,545 @@
+//! Confines paths to the workspace root.
+//!
+//! Every path a model or client sends goes through [`Workspace::resolve`], which turns the
+//! accepted spellings (relative, absolute inside the root, `~/…`, `file://…`) into a
+//! [`WorkspacePath`]: a normalised path relative to the root that contains no `..`. Files are
+//! then opened *beneath* the root with a capability handle (`cap-std`, which uses Linux's
+//! `openat2(RESOLVE_BENEATH)`), so a symlink that points outside, or a directory swapped for
+//! one between a check and an open, is refused by the kernel rather than by a string test.
+//! Nothing here decides *whether* an access is allowed; that is `policy`'s job.
+
+pub mod walk;
+
+use std::fs::File;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+
+/// Longest path argument accepted, in bytes (Linux's PATH_MAX).
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Longest single path component, in bytes (NAME_MAX).
+pub const MAX_COMPONENT_BYTES: usize = 255;
+
+/// Continue's list of security-sensitive files and folders (gitignore syntax). Reads of these
+/// are refused and search tools skip them. Configurable as `workspace.sensitive_files`.
+pub const DEFAULT_SENSITIVE: &[&str] = &[
+    "*.env",
+    "*.env.*",
+    ".env*",
+    "config.json",
+    "config.yaml",
+    "config.yml",
+    "settings.json",
+    "appsettings.json",
+    "appsettings.*.json",
+    "*.key",
+    "*.pem",
+    "*.p12",
+    "*.pfx",
+    "*.crt",
+    "*.cer",
+    "*.jks",
+    "*.keystore",
+    "*.truststore",
+    "*.db",
+    "*.sqlite",
+    "*.sqlite3",
+    "*.mdb",
+    "*.accdb",
+    "*.secret",
+    "*.secrets",
+    "auth.json",
+    "*.token",
+    "*.bak",
+    "*.backup",
+    "*.old",
+    "*.orig",
+    "docker-compose.override.yml",
+    "docker-compose.override.yaml",
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    "*.ppk",
+    "*.gpg",
+    ".env/",
+    "env/",
+    ".aws/",
+    ".gcp/",
+    ".azure/",
+    ".kube/",
+    ".docker/",
+    "secrets/",
+    ".secrets/",
+    "private/",
+    ".private/",
+    "certs/",
+    "certificates/",
+    "keys/",
+    ".ssh/",
+    ".gnupg/",
+    ".gpg/",
+    "tmp/secrets/",
+    "temp/secrets/",
+    ".tmp/",
+];
+
+/// The workspace: its canonical root, a capability handle on it, and the sensitive-file list.
+pub struct Workspace {
+    root: PathBuf,
+    dir: Dir,
+    home: Option<PathBuf>,
+    sensitive: Gitignore,
+}
+
+/// A path inside the workspace, relative to the root, normalised (no `.`, no `..`).
+/// Only [`Workspace::resolve`] creates one. The empty path is the root itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WorkspacePath {
+    rel: PathBuf,
+}
+
+impl WorkspacePath {
+    pub fn rel(&self) -> &Path {
+        &self.rel
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.rel.as_os_str().is_empty()
+    }
+
+    /// The path as shown to the model: relative, `/`-separated, `.` for the root.
+    pub fn display(&self) -> String {
+        if self.is_root() {
+            ".".to_string()
+        } else {
+            self.rel.to_string_lossy().into_owned()
+        }
+    }
+
+    /// A child of this path (the name must be a single normal component, as from `read_dir`).
+    pub fn join_entry(&self, name: &str) -> Option<WorkspacePath> {
+        let mut comps = Path::new(name).components();
+        match (comps.next(), comps.next()) {
+            (Some(Component::Normal(_)), None) => Some(WorkspacePath {
+                rel: self.rel.join(name),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Why a path was refused or could not be opened. The messages are written for the model.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    #[error(
+        "path \"{raw}\" is outside the workspace ({root}); tools can only reach files under the \
+         workspace root. Use a path relative to the root, such as \"src/main.rs\""
+    )]
+    Outside { raw: String, root: String },
+    #[error(
+        "path \"{raw}\" leads outside the workspace through a symbolic link; tools can only reach \
+         files under the workspace root ({root})"
+    )]
+    SymlinkEscape { raw: String, root: String },
+    #[error("path contains a NUL byte; send the path as plain text")]
+    Nul,
+    #[error("path is too long ({len} bytes; the limit is {limit} bytes)")]
+    TooLong { len: usize, limit: usize },
+    #[error("path is empty; pass a file path relative to the workspace root")]
+    Empty,
+    #[error("\"{raw}\" is not a usable path: {reason}")]
+    Unusable { raw: String, reason: String },
+    #[error("\"{raw}\" does not exist in the workspace")]
+    NotFound { raw: String },
+    #[error("\"{raw}\" is a directory, not a file; use ls to list it")]
+    IsDirectory { raw: String },
+    #[error("\"{raw}\" is a file, not a directory")]
+    NotDirectory { raw: String },
+    #[error("cannot open \"{raw}\": {source}")]
+    Io { raw: String, source: io::Error },
+}
+
+impl Workspace {
+    /// Opens the workspace at `root` (which must be an existing directory).
+    pub fn open(root: &Path, sensitive_patterns: &[String]) -> io::Result<Workspace> {
+        let root = std::fs::canonicalize(root)?;
+        if !root.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("workspace {} is not a directory", root.display()),
+            ));
+        }
+        let dir = Dir::open_ambient_dir(&root, ambient_authority())?;
+        let mut builder = GitignoreBuilder::new("");
+        for p in sensitive_patterns {
+            builder.add_line(None, p).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("bad sensitive-file pattern {p:?}: {e}"),
+                )
+            })?;
+        }
+        let sensitive = builder
+            .build()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        Ok(Workspace {
+            root,
+            dir,
+            home,
+            sensitive,
+        })
+    }
+
+    /// The canonical root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The root's folder name, for messages.
+    pub fn name(&self) -> String {
+        self.root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| self.root.display().to_string())
+    }
+
+    /// The [`WorkspacePath`] of an entry found by a walk of this workspace (walks never
+    /// follow symlinks and only yield paths under the root). `None` if `abs` is not below
+    /// the root or contains `..`.
+    pub fn walked(&self, abs: &Path) -> Option<WorkspacePath> {
+        let rel = abs.strip_prefix(&self.root).ok()?;
+        rel.components()
+            .all(|c| matches!(c, Component::Normal(_)))
+            .then(|| WorkspacePath {
+                rel: rel.to_path_buf(),
+            })
+    }
+
+    pub fn root_path(&self) -> WorkspacePath {
+        WorkspacePath {
+            rel: PathBuf::new(),
+        }
+    }
+
+    /// Turns a path argument into a [`WorkspacePath`], refusing anything outside the root.
+    ///
+    /// This is lexical; symlinks are checked when the path is opened (see [`Workspace::open_file`]).
+    pub fn resolve(&self, raw: &str) -> Result<WorkspacePath, PathError> {
+        if raw.contains('\0') {
+            return Err(PathError::Nul);
+        }
+        if raw.len() > MAX_PATH_BYTES {
+            return Err(PathError::TooLong {
+                len: raw.len(),
+                limit: MAX_PATH_BYTES,
+            });
+        }
+        let trimmed = raw.trim();
+        if trimmed.is_empty() {
+            return Err(PathError::Empty);
+        }
+        let path: PathBuf = if let Some(rest) = strip_prefix_ci(trimmed, "file://") {
+            file_uri_path(trimmed, rest)?
+        } else if trimmed == "~" || trimmed.starts_with("~/") {
+            let home = self.home.as_ref().ok_or_else(|| PathError::Unusable {
+                raw: raw.to_string(),
+                reason: "`~` cannot be expanded because HOME is not set".into(),
+            })?;
+            home.join(trimmed.trim_start_matches('~').trim_start_matches('/'))
+        } else if trimmed.starts_with('~') {
+            return Err(PathError::Unusable {
+                raw: raw.to_string(),
+                reason: "only `~/` (the current user's home) is expanded".into(),
+            });
+        } else {
+            PathBuf::from(trimmed)
+        };
+
+        let rel = if path.is_absolute() {
+            let normal = normalize_absolute(&path);
+            match normal.strip_prefix(&self.root) {
+                Ok(r) => r.to_path_buf(),
+                Err(_) => return Err(self.outside(raw)),
+            }
+        } else {
+            normalize_relative(&path).ok_or_else(|| self.outside(raw))?
+        };
+        for c in rel.components() {
+            if c.as_os_str().len() > MAX_COMPONENT_BYTES {
+                return Err(PathError::TooLong {
+                    len: c.as_os_str().len(),
+                    limit: MAX_COMPONENT_BYTES,
+                });
+            }
+        }
+        Ok(WorkspacePath { rel })
+    }
+
+    fn outside(&self, raw: &str) -> PathError {
+        PathError::Outside {
+            raw: raw.to_string(),
+            root: self.root.display().to_string(),
+        }
+    }
+
+    fn io_error(&self, raw: &str, e: io::Error) -> PathError {
+        if is_escape_error(&e) {
+            return PathError::SymlinkEscape {
+                raw: raw.to_string(),
+                root: self.root.display().to_string(),
+            };
+        }
+        match e.kind() {
+            io::ErrorKind::NotFound => PathError::NotFound {
+                raw: raw.to_string(),
+            },
+            io::ErrorKind::NotADirectory => PathError::NotDirectory {
+                raw: raw.to_string(),
+            },
+            io::ErrorKind::IsADirectory => PathError::IsDirectory {
+                raw: raw.to_string(),
+            },
+            _ => PathError::Io {
+                raw: raw.to_string(),
+                source: e,
+            },
+        }
+    }
+
+    /// Opens a regular file beneath the root. Symlinks are followed only while they stay
+    /// inside the workspace.
+    pub fn open_file(&self, p: &WorkspacePath, raw: &str) -> Result<File, PathError> {
+        if p.is_root() {
+            return Err(PathError::IsDirectory {
+                raw: raw.to_string(),
+            });
+        }
+        let file = self
+            .dir
+            .open(&p.rel)
+            .map_err(|e| self.io_error(raw, e))?
+            .into_std();
+        let meta = file.metadata().map_err(|e| self.io_error(raw, e))?;
+        if meta.is_dir() {
+            return Err(PathError::IsDirectory {
+                raw: raw.to_string(),
+            });
+        }
+        Ok(file)
+    }
+
+    /// Opens a directory beneath the root.
+    pub fn open_dir(&self, p: &WorkspacePath, raw: &str) -> Result<Dir, PathError> {
+        if p.is_root() {
+            return self.dir.try_clone().map_err(|e| self.io_error(raw, e));
+        }
+        self.dir.open_dir(&p.rel).map_err(|e| self.io_error(raw, e))
+    }
+
+    /// Whether the path exists and is a directory (following in-workspace symlinks).
+    pub fn is_dir(&self, p: &WorkspacePath) -> bool {
+        p.is_root() || self.dir.metadata(&p.rel).is_ok_and(|m| m.is_dir())
+    }
+
+    /// The sensitive-file pattern that matches this path, if any.
+    pub fn sensitive_match(&self, p: &WorkspacePath, is_dir: bool) -> Option<String> {
+        if p.is_root() {
+            return None;
+        }
+        match self.sensitive.matched_path_or_any_parents(&p.rel, is_dir) {
+            ignore::Match::Ignore(glob) => Some(glob.original().to_string()),
+            _ => None,
+        }
+    }
+
+    /// Like [`Workspace::sensitive_match`] for a relative path found by a walk.
+    pub fn is_sensitive_rel(&self, rel: &Path, is_dir: bool) -> bool {
+        self.sensitive
+            .matched_path_or_any_parents(rel, is_dir)
+            .is_ignore()
+    }
+}
+
+/// cap-std reports a resolution that would leave the root (including via a symlink) as
+/// `PermissionDenied` with this message.
+fn is_escape_error(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::PermissionDenied
+        && e.to_string()
+            .contains("a path led outside of the filesystem")
+}
+
+fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    if s.len() >= prefix.len() && s[..prefix.len()].eq_ignore_ascii_case(prefix) {
+        Some(&s[prefix.len()..])
+    } else {
+        None
+    }
+}
+
+fn file_uri_path(raw: &str, rest: &str) -> Result<PathBuf, PathError> {
+    // file:///abs/path or file://localhost/abs/path; anything else names another host.
+    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !rest.starts_with('/') {
+        return Err(PathError::Unusable {
+            raw: raw.to_string(),
+            reason:
+                "a file:// URI must name a local absolute path, like file:///home/me/project/a.rs"
+                    .into(),
+        });
+    }
+    let url = url::Url::parse(&format!("file://{rest}")).map_err(|e| PathError::Unusable {
+        raw: raw.to_string(),
+        reason: format!("not a valid file URI ({e})"),
+    })?;
+    let path = url.to_file_path().map_err(|()| PathError::Unusable {
+        raw: raw.to_string(),
+        reason: "not a valid file URI".into(),
+    })?;
+    if path.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(PathError::Nul);
+    }
+    Ok(path)
+}
+
+/// Removes `.` and applies `..` lexically to an absolute path.
+fn normalize_absolute(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// Removes `.` and applies `..` lexically; `None` if the path climbs above its start.
+fn normalize_relative(p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn fixture() -> (tempfile::TempDir, Workspace) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("ws");
+        std::fs::create_dir_all(root.join("src/inner")).unwrap();
+        std::fs::write(root.join("src/a.rs"), "fn a() {}\n").unwrap();
+        std::fs::write(tmp.path().join("secret.txt"), "outside").unwrap();
+        symlink(tmp.path().join("secret.txt"), root.join("link-out")).unwrap();
+        symlink(tmp.path(), root.join("dir-out")).unwrap();
+        symlink("src/a.rs", root.join("link-in")).unwrap();
+        let sensitive: Vec<String> = DEFAULT_SENSITIVE.iter().map(|s| s.to_string()).collect();
+        let ws = Workspace::open(&root, &sensitive).unwrap();
+        (tmp, ws)
+    }
+
+    #[track_caller]
+    fn check(ws: &Workspace, raw: &str, expected: Result<&str, &str>) {
+        let got = ws
+            .resolve(raw)
+            .map(|p| p.display())
+            .map_err(|e| e.to_string());
+        match (&got, expected) {
+            (Ok(g), Ok(e)) => assert_eq!(g, e),
+            (Err(g), Err(e)) => assert!(g.contains(e), "error {g:?} does not contain {e:?}"),
+            _ => panic!("resolve({raw:?}) = {got:?}, expected {expected:?}"),
+        }
+    }
+
+    #[test]
+    fn resolve_accepts_every_spelling_inside_and_refuses_escapes() {
+        let (_tmp, ws) = fixture();
+        let root = ws.root().display().to_string();
+        check(&ws, "src/a.rs", Ok("src/a.rs"));
+        check(&ws, "./src/../src/a.rs", Ok("src/a.rs"));
+        check(&ws, ".", Ok("."));
+        check(&ws, &format!("{root}/src/a.rs"), Ok("src/a.rs"));
+        check(&ws, &format!("file://{root}/src/a.rs"), Ok("src/a.rs"));
+        check(&ws, &format!("file://{}/src/a%2Ers", root), Ok("src/a.rs"));
+        check(&ws, "../secret.txt", Err("is outside the workspace"));
+        check(&ws, "src/../../secret.txt", Err("is outside the workspace"));
+        check(&ws, "/etc/passwd", Err("is outside the workspace"));
+        check(
+            &ws,
+            &format!("{root}/../secret.txt"),
+            Err("is outside the workspace"),
+        );
+        check(&ws, "file:///etc/passwd", Err("is outside the workspace"));
+        check(
+            &ws,
+            "file://otherhost/etc/passwd",
+            Err("must name a local absolute path"),
+        );
+        check(&ws, "~/x", Err("is outside the workspace"));
+        check(&ws, "~root/x", Err("only `~/`"));
+        check(&ws, "a\0b", Err("NUL byte"));
+        check(&ws, &"a/".repeat(3000), Err("too long"));
+        check(&ws, &"x".repeat(300), Err("too long"));
+        check(&ws, "  ", Err("path is empty"));
+    }
+
+    #[test]
+    fn open_refuses_symlinks_that_leave_the_root() {
+        let (_tmp, ws) = fixture();
+        let open = |raw: &str| {
+            let p = ws.resolve(raw).unwrap();
+            ws.open_file(&p, raw).map(|_| ()).map_err(|e| e.to_string())
+        };
+        assert_eq!(open("link-in"), Ok(()));
+        assert!(
+            open("link-out")
+                .unwrap_err()
+                .contains("through a symbolic link")
+        );
+        assert!(
+            open("dir-out/secret.txt")
+                .unwrap_err()
+                .contains("through a symbolic link")
+        );
+        assert!(open("src").unwrap_err().contains("is a directory"));
+        assert!(open("nope.rs").unwrap_err().contains("does not exist"));
+        let p = ws.resolve("dir-out").unwrap();
+        assert!(
+            ws.open_dir(&p, "dir-out")
+                .unwrap_err()
+                .to_string()
+                .contains("symbolic link")
+        );
+    }
+
+    #[test]
+    fn sensitive_files_match_continues_list() {
+        let (_tmp, ws) = fixture();
+        let m = |raw: &str| ws.sensitive_match(&ws.resolve(raw).unwrap(), false);
+        assert_eq!(m(".env").as_deref(), Some(".env*"));
+        assert_eq!(m("deploy/prod.env").as_deref(), Some("*.env"));
+        assert_eq!(m("keys/server.txt").as_deref(), Some("keys/"));
+        assert!(m("a/.ssh/id_rsa").is_some());
+        assert_eq!(m("src/main.rs"), None);
+    }
+}

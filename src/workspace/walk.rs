@@ -1,0 +1,81 @@
+//! The one directory-walk configuration shared by `grep_search`, `file_glob_search`,
+//! `ls --recursive` and `view_subdirectory`.
+//!
+//! Rules, in ripgrep's terms: hidden files and folders are skipped, `.gitignore` (also outside
+//! a git repository), `.git/info/exclude`, `.ignore` and `.continueignore` are honoured,
+//! symlinks are not followed, and the workspace's sensitive files plus the configured
+//! `search.exclude` globs are pruned.
+
+use std::path::Path;
+
+use ignore::WalkBuilder;
+use ignore::overrides::OverrideBuilder;
+
+use super::{Workspace, WorkspacePath};
+
+/// The ignore file Continue users already have, honoured like `.gitignore`.
+pub const CONTINUE_IGNORE: &str = ".continueignore";
+
+/// How a walk treats hidden files and the exclude list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visibility {
+    /// Search tools: hidden files, excluded globs and sensitive files are skipped.
+    Search,
+    /// `ls`: hidden entries are listed (like Continue's `ls`), but `.git` is not descended.
+    Listing,
+}
+
+/// Builds a walker rooted at `start` (inside `ws`). `exclude` holds gitignore-style globs.
+pub fn builder(
+    ws: &Workspace,
+    start: &WorkspacePath,
+    exclude: &[String],
+    visibility: Visibility,
+) -> Result<WalkBuilder, String> {
+    let start_abs = ws.root().join(start.rel());
+    let mut b = WalkBuilder::new(&start_abs);
+    b.hidden(visibility == Visibility::Search)
+        .ignore(true)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(true)
+        .require_git(false)
+        .parents(true)
+        .follow_links(false)
+        .add_custom_ignore_filename(CONTINUE_IGNORE);
+    if visibility == Visibility::Search && !exclude.is_empty() {
+        let mut ob = OverrideBuilder::new(ws.root());
+        for g in exclude {
+            // In an override set, a `!glob` excludes; plain globs would whitelist.
+            ob.add(&format!("!{g}"))
+                .map_err(|e| format!("bad search.exclude glob {g:?}: {e}"))?;
+        }
+        let ov = ob.build().map_err(|e| e.to_string())?;
+        b.overrides(ov);
+    }
+    let root = ws.root().to_path_buf();
+    let sensitive = ws.sensitive.clone();
+    let skip_sensitive = visibility == Visibility::Search;
+    b.filter_entry(move |entry| {
+        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+        if visibility == Visibility::Listing && is_dir && entry.file_name() == ".git" {
+            return entry.depth() == 0;
+        }
+        if !skip_sensitive {
+            return true;
+        }
+        match entry.path().strip_prefix(&root) {
+            Ok(rel) if !rel.as_os_str().is_empty() => !sensitive
+                .matched_path_or_any_parents(rel, is_dir)
+                .is_ignore(),
+            _ => true,
+        }
+    });
+    Ok(b)
+}
+
+/// The workspace-relative, `/`-separated form of a walked path.
+pub fn rel_display(ws: &Workspace, path: &Path) -> String {
+    let rel = path.strip_prefix(ws.root()).unwrap_or(path);
+    rel.to_string_lossy().into_owned()
+}
