@@ -1,0 +1,5 @@
+//! The integration suite: one binary, driving the real server over HTTP against the mock
+//! upstream (and, where it matters, the real executables).
+
+mod suite;
+mod support;

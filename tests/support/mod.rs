@@ -1,0 +1,442 @@
+//! Test harness: a real toolpilot server on a loopback port, over a temporary workspace,
+//! talking to the in-repo mock upstream.
+//!
+//! `TestServer::builder().file("src/a.rs", "…").script(json!({...})).start().await` gives a
+//! running server; `chat(json!)` posts a request; `mock.requests()` shows what the upstream
+//! received. Nothing here touches the network beyond 127.0.0.1.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use toolpilot::agent::Engine;
+use toolpilot::config::{CommonArgs, Config};
+use toolpilot::mock::{MockUpstream, Recorded, Script};
+use toolpilot::server::{self, AppState};
+
+pub struct Builder {
+    files: Vec<(String, Vec<u8>)>,
+    script: Option<Value>,
+    config: String,
+    env: Vec<(String, String)>,
+    yes: bool,
+    model: Option<String>,
+    no_upstream: bool,
+}
+
+pub struct TestServer {
+    pub addr: std::net::SocketAddr,
+    pub mock: Option<MockUpstream>,
+    pub ws: PathBuf,
+    pub dir: tempfile::TempDir,
+    pub client: reqwest::Client,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl TestServer {
+    pub fn builder() -> Builder {
+        Builder {
+            files: Vec::new(),
+            script: None,
+            config: String::new(),
+            env: Vec::new(),
+            yes: false,
+            model: Some("mock-model".into()),
+            no_upstream: false,
+        }
+    }
+}
+
+impl Builder {
+    pub fn file(mut self, path: &str, contents: impl AsRef<[u8]>) -> Self {
+        self.files
+            .push((path.to_string(), contents.as_ref().to_vec()));
+        self
+    }
+
+    /// The mock upstream's script (`{"rounds": [...]}`).
+    pub fn script(mut self, script: Value) -> Self {
+        self.script = Some(script);
+        self
+    }
+
+    /// Extra TOML configuration.
+    pub fn config(mut self, toml: &str) -> Self {
+        self.config.push_str(toml);
+        self.config.push('\n');
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn yes(mut self) -> Self {
+        self.yes = true;
+        self
+    }
+
+    pub fn model(mut self, model: Option<&str>) -> Self {
+        self.model = model.map(str::to_string);
+        self
+    }
+
+    /// Use the built-in demo model.
+    pub fn demo(mut self) -> Self {
+        self.no_upstream = true;
+        self
+    }
+
+    pub async fn start(self) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        for (path, contents) in &self.files {
+            let p = ws.join(path);
+            if let Some(parent) = p.parent() {
+                std::fs::create_dir_all(parent).unwrap();
+            }
+            std::fs::write(&p, contents).unwrap();
+        }
+        let mock = if self.no_upstream {
+            None
+        } else {
+            let script: Script = match &self.script {
+                Some(s) => serde_json::from_value(s.clone()).unwrap(),
+                None => Script::default(),
+            };
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            Some(MockUpstream::start(script, l).unwrap())
+        };
+        // Fast retries and timeouts keep fault tests quick; tests may override them.
+        let mut toml = String::from(
+            "[upstream]\nretry_base_ms = 10\nretry_max_wait_secs = 2\nmax_retries = 2\n",
+        );
+        toml.push_str(&self.config);
+        let cfg_path = dir.path().join("toolpilot.toml");
+        std::fs::write(&cfg_path, merge_upstream_section(&toml)).unwrap();
+        let args = CommonArgs {
+            workspace: Some(ws.clone()),
+            config: Some(cfg_path),
+            upstream: mock.as_ref().map(|m| m.base_url()),
+            model: self.model.clone(),
+            yes: self.yes,
+        };
+        let config = Config::load_from(&args, &self.env).unwrap();
+        let engine = Arc::new(Engine::new(config.clone()).unwrap());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = AppState {
+            engine,
+            server: Arc::new(config.server.clone()),
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = server::serve(listener, state, async {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        TestServer {
+            addr,
+            mock,
+            ws,
+            dir,
+            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            shutdown: Some(tx),
+        }
+    }
+}
+
+/// TOML does not allow a table twice: fold every `[upstream]` section into the first.
+fn merge_upstream_section(toml: &str) -> String {
+    let mut tables: Vec<(String, Vec<String>)> = vec![(String::new(), vec![])];
+    for line in toml.lines() {
+        let t = line.trim();
+        if t.starts_with('[') && !t.starts_with("[[") {
+            if let Some(existing) = tables.iter().position(|(h, _)| h == t) {
+                let entry = tables.remove(existing);
+                tables.push(entry);
+            } else {
+                tables.push((t.to_string(), vec![]));
+            }
+        } else if let Some(last) = tables.last_mut() {
+            last.1.push(line.to_string());
+        }
+    }
+    let mut out = String::new();
+    for (h, lines) in tables {
+        if !h.is_empty() {
+            out.push_str(&h);
+            out.push('\n');
+        }
+        for l in lines {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A parsed response.
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+/// A parsed event stream.
+pub struct StreamReply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    /// `data:` payloads parsed as JSON (`[DONE]` excluded).
+    pub chunks: Vec<Value>,
+    pub comments: Vec<String>,
+    pub done: bool,
+    /// `[DONE]` was the last thing in the stream.
+    pub done_last: bool,
+    pub raw: String,
+}
+
+impl StreamReply {
+    /// All `delta.content` concatenated.
+    pub fn content(&self) -> String {
+        self.chunks
+            .iter()
+            .filter_map(|c| c["choices"].get(0)?["delta"]["content"].as_str())
+            .collect()
+    }
+
+    pub fn finish_reason(&self) -> Option<String> {
+        self.chunks.iter().rev().find_map(|c| {
+            c["choices"]
+                .get(0)?
+                .get("finish_reason")?
+                .as_str()
+                .map(str::to_string)
+        })
+    }
+}
+
+impl TestServer {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn mock(&self) -> &MockUpstream {
+        self.mock.as_ref().unwrap()
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.mock().requests()
+    }
+
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Reply {
+        let r = self
+            .client
+            .post(self.url(path))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        to_reply(r).await
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        let r = self.client.get(self.url(path)).send().await.unwrap();
+        to_reply(r).await
+    }
+
+    /// A non-streamed chat request.
+    pub async fn chat(&self, body: Value) -> Reply {
+        self.post_raw("/v1/chat/completions", body.to_string())
+            .await
+    }
+
+    /// A streamed chat request, read to the end.
+    pub async fn chat_stream(&self, mut body: Value) -> StreamReply {
+        body["stream"] = json!(true);
+        let r = self
+            .client
+            .post(self.url("/v1/chat/completions"))
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let raw = r.text().await.unwrap();
+        parse_sse(status, headers, raw)
+    }
+
+    /// The workspace path of a file.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.ws.join(rel)
+    }
+}
+
+pub async fn to_reply(r: reqwest::Response) -> Reply {
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let text = r.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Reply {
+        status,
+        headers,
+        body,
+        text,
+    }
+}
+
+pub fn parse_sse(status: u16, headers: reqwest::header::HeaderMap, raw: String) -> StreamReply {
+    let mut chunks = Vec::new();
+    let mut comments = Vec::new();
+    let mut done = false;
+    for block in raw.split("\n\n") {
+        let block = block.trim_matches('\n');
+        if block.is_empty() {
+            continue;
+        }
+        if let Some(c) = block.strip_prefix(": ") {
+            comments.push(c.to_string());
+        } else if let Some(d) = block.strip_prefix("data: ") {
+            if d == "[DONE]" {
+                done = true;
+            } else {
+                chunks.push(
+                    serde_json::from_str(d).unwrap_or_else(|e| panic!("bad chunk {d:?}: {e}")),
+                );
+            }
+        } else {
+            panic!("unexpected SSE block {block:?}");
+        }
+    }
+    let done_last = raw.trim_end().ends_with("data: [DONE]");
+    StreamReply {
+        status,
+        headers,
+        chunks,
+        comments,
+        done,
+        done_last,
+        raw,
+    }
+}
+
+/// A user message request.
+pub fn ask(text: &str) -> Value {
+    json!({"model": "mock-model", "messages": [{"role": "user", "content": text}]})
+}
+
+/// A script in which the model calls one tool, then answers "done".
+pub fn one_call(name: &str, args: Value) -> Value {
+    json!({"rounds": [
+        {"tool_calls": [{"id": "call_1", "name": name, "arguments": args}]},
+        {"text": "done"}
+    ]})
+}
+
+/// The content of the tool message answering `call_id` in a recorded upstream request.
+pub fn tool_result(req: &Recorded, call_id: &str) -> String {
+    let msgs = req.body["messages"].as_array().expect("messages");
+    msgs.iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_else(|| panic!("no tool result for {call_id} in {msgs:#?}"))
+        .to_string()
+}
+
+/// Every tool message in every recorded request answers an earlier assistant tool call, and
+/// every assistant tool call is answered (the invariant of the conversation we build).
+pub fn check_conversation_invariants(requests: &[Recorded]) {
+    for (n, req) in requests.iter().enumerate() {
+        let Some(msgs) = req.body["messages"].as_array() else {
+            continue;
+        };
+        let mut open: Vec<String> = Vec::new();
+        for m in msgs {
+            match m["role"].as_str() {
+                Some("assistant") => {
+                    assert!(
+                        open.is_empty(),
+                        "request {n}: unanswered tool calls {open:?} before an assistant message"
+                    );
+                    if let Some(calls) = m["tool_calls"].as_array() {
+                        for c in calls {
+                            open.push(c["id"].as_str().unwrap().to_string());
+                        }
+                    }
+                }
+                Some("tool") => {
+                    let id = m["tool_call_id"].as_str().unwrap();
+                    let pos = open.iter().position(|o| o == id);
+                    assert!(
+                        pos.is_some(),
+                        "request {n}: tool message for unknown call {id}"
+                    );
+                    open.remove(pos.unwrap());
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            open.is_empty(),
+            "request {n}: tool calls {open:?} were never answered"
+        );
+    }
+}
+
+/// Runs one tool call through the server (the mock model calls it) and returns the tool
+/// message the model got back.
+pub async fn run_tool(server: &TestServer, _name: &str) -> String {
+    let r = server.chat(ask("go")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let reqs = server.requests();
+    assert!(
+        reqs.len() >= 2,
+        "the model was not called a second time: {reqs:#?}"
+    );
+    check_conversation_invariants(&reqs);
+    tool_result(&reqs[1], "call_1")
+}
+
+/// Builds a server whose model calls `name(args)` once, over the given files.
+pub async fn tool_server(name: &str, args: Value, files: &[(&str, &str)]) -> TestServer {
+    let mut b = TestServer::builder().script(one_call(name, args));
+    for (p, c) in files {
+        b = b.file(p, c);
+    }
+    b.start().await
+}
+
+/// Waits (up to 10 s) until `cond` holds; for effects that complete asynchronously.
+pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cond()
+}
+
+pub fn write(path: &Path, contents: &str) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    std::fs::write(path, contents).unwrap();
+}
