@@ -1,1 +1,4 @@
 mod agent_loop;
+mod errors;
+mod policy;
+mod python_sdk;

@@ -115,7 +115,7 @@ impl Builder {
         };
         // Fast retries and timeouts keep fault tests quick; tests may override them.
         let mut toml = String::from(
-            "[upstream]\nretry_base_ms = 10\nretry_max_wait_secs = 2\nmax_retries = 2\n",
+            "[upstream]\nretry_base_ms = 10\nretry_max_wait_secs = 2\nmax_retries = 2\n\n",
         );
         toml.push_str(&self.config);
         let cfg_path = dir.path().join("toolpilot.toml");
@@ -153,34 +153,23 @@ impl Builder {
     }
 }
 
-/// TOML does not allow a table twice: fold every `[upstream]` section into the first.
-fn merge_upstream_section(toml: &str) -> String {
-    let mut tables: Vec<(String, Vec<String>)> = vec![(String::new(), vec![])];
-    for line in toml.lines() {
-        let t = line.trim();
-        if t.starts_with('[') && !t.starts_with("[[") {
-            if let Some(existing) = tables.iter().position(|(h, _)| h == t) {
-                let entry = tables.remove(existing);
-                tables.push(entry);
-            } else {
-                tables.push((t.to_string(), vec![]));
+/// The harness defaults overlaid with the test's own TOML (tables merged key by key).
+fn merge_upstream_section(toml_text: &str) -> String {
+    fn overlay(base: &mut toml::Table, top: toml::Table) {
+        for (k, v) in top {
+            match (base.get_mut(&k), v) {
+                (Some(toml::Value::Table(b)), toml::Value::Table(t)) => overlay(b, t),
+                (_, v) => {
+                    base.insert(k, v);
+                }
             }
-        } else if let Some(last) = tables.last_mut() {
-            last.1.push(line.to_string());
         }
     }
-    let mut out = String::new();
-    for (h, lines) in tables {
-        if !h.is_empty() {
-            out.push_str(&h);
-            out.push('\n');
-        }
-        for l in lines {
-            out.push_str(&l);
-            out.push('\n');
-        }
-    }
-    out
+    let (defaults, rest) = toml_text.split_once("\n\n").unwrap_or((toml_text, ""));
+    let mut base: toml::Table = defaults.parse().unwrap();
+    let top: toml::Table = rest.parse().unwrap();
+    overlay(&mut base, top);
+    toml::to_string(&base).unwrap()
 }
 
 impl Drop for TestServer {
