@@ -2,4 +2,6 @@
 //! upstream (and, where it matters, the real executables).
 
 mod suite;
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
