@@ -244,15 +244,23 @@ impl Config {
             }
             None => toml::Table::new(),
         };
-        merge_env(&mut table, env)?;
-        let file: ConfigFile = ConfigFile::deserialize(toml::Value::Table(table)).map_err(|e| {
-            let place = args
-                .config
-                .as_ref()
-                .map(|p| format!("config file {}", p.display()))
-                .unwrap_or_else(|| "configuration".into());
-            err(format!("{place}: {}", e.message().trim()))
-        })?;
+        let from_env = merge_env(&mut table, env)?;
+        let file: ConfigFile = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                let key = e.path().to_string();
+                let place = match from_env
+                    .iter()
+                    .find(|(path, _)| key.starts_with(path.as_str()))
+                {
+                    Some((_, var)) => format!("{var} ({key})"),
+                    None => match &args.config {
+                        Some(p) if key != "." => format!("config file {}: {key}", p.display()),
+                        Some(p) => format!("config file {}", p.display()),
+                        None => key,
+                    },
+                };
+                err(format!("{place}: {}", e.inner().message().trim()))
+            })?;
         let lookup = |name: &str| {
             env.iter()
                 .find(|(k, _)| k == name)
@@ -508,7 +516,12 @@ const RESERVED_ENV: &[&str] = &[
 
 /// Merges `TOOLPILOT_SECTION__KEY=value` variables into the config tree. A value is read as
 /// TOML (`10`, `true`, `["a","b"]`) and otherwise taken as a string.
-fn merge_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
+/// Returns the dotted key each variable set, with the variable's name, for error messages.
+fn merge_env(
+    table: &mut toml::Table,
+    env: &[(String, String)],
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut set = Vec::new();
     for (name, value) in env {
         let Some(rest) = name.strip_prefix("TOOLPILOT_") else {
             continue;
@@ -527,6 +540,7 @@ fn merge_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), Co
             .ok()
             .and_then(|mut t| t.remove("v"))
             .unwrap_or_else(|| toml::Value::String(value.clone()));
+        set.push((path.join("."), name.clone()));
         let mut cur = &mut *table;
         for (i, key) in path.iter().enumerate() {
             if i + 1 == path.len() {
@@ -547,7 +561,7 @@ fn merge_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), Co
             }
         }
     }
-    Ok(())
+    Ok(set)
 }
 
 #[cfg(test)]
@@ -594,7 +608,10 @@ mod tests {
     #[test]
     fn errors_name_the_key() {
         let e = load("[agent]\nmax_roundz = 7\n", &[], CommonArgs::default()).unwrap_err();
-        assert!(e.contains("unknown field `max_roundz`"), "{e}");
+        assert!(
+            e.contains("agent.max_roundz: unknown field `max_roundz`"),
+            "{e}"
+        );
         let e = load(
             "[server]\nbind = \"localhost\"\n",
             &[],
@@ -630,7 +647,27 @@ mod tests {
             "{e}"
         );
         let e = load("", &[("TOOLPILOT_AGENT__NOPE", "1")], CommonArgs::default()).unwrap_err();
-        assert!(e.contains("unknown field `nope`"), "{e}");
+        assert!(
+            e.contains("TOOLPILOT_AGENT__NOPE (agent.nope): unknown field `nope`"),
+            "{e}"
+        );
+        let e = load(
+            "",
+            &[("TOOLPILOT_AGENT__MAX_ROUNDS", "zero")],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("TOOLPILOT_AGENT__MAX_ROUNDS (agent.max_rounds): invalid type"),
+            "{e}"
+        );
+        let e = load(
+            "[tools]\nls_max_entries = \"many\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains(": tools.ls_max_entries: invalid type"), "{e}");
         let e = load(
             "[policy]\ndeny = [\"read_file(\"]\n",
             &[],

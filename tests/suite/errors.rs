@@ -221,7 +221,7 @@ async fn upstream_down_is_a_502_and_models_falls_back_to_the_configured_model() 
         state,
         std::future::pending(),
     ));
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let client = client();
     let r = to_reply(
         client
             .post(format!("http://{addr}/v1/chat/completions"))

@@ -1,4 +1,5 @@
 mod agent_loop;
+mod binaries;
 mod errors;
 mod policy;
 mod python_sdk;

@@ -147,7 +147,7 @@ impl Builder {
             mock,
             ws,
             dir,
-            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            client: client(),
             shutdown: Some(tx),
         }
     }
@@ -178,6 +178,12 @@ impl Drop for TestServer {
             let _ = tx.send(());
         }
     }
+}
+
+/// An HTTP client for tests (loopback only: never through a proxy).
+pub fn client() -> reqwest::Client {
+    toolpilot::install_crypto_provider();
+    reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
 /// A parsed response.
@@ -428,4 +434,62 @@ pub fn write(path: &Path, contents: &str) {
         std::fs::create_dir_all(p).unwrap();
     }
     std::fs::write(path, contents).unwrap();
+}
+
+/// A script in which the model calls several tools in one round (ids `c1`, `c2`, … in
+/// order), then answers "done".
+pub fn calls_script(calls: &[(&str, Value)]) -> Value {
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| json!({"id": format!("c{}", i + 1), "name": name, "arguments": args}))
+        .collect();
+    json!({"rounds": [{"tool_calls": calls}, {"text": "done"}]})
+}
+
+/// Starts `builder` with a model that calls every `(tool, args)` in one round, sends one
+/// request and returns the server and the tool messages the model got back, in call order.
+pub async fn run_calls(builder: Builder, calls: &[(&str, Value)]) -> (TestServer, Vec<String>) {
+    let server = builder.script(calls_script(calls)).start().await;
+    let results = send_and_collect(&server, ask("go"), calls.len()).await;
+    (server, results)
+}
+
+/// Sends `body` to a server whose script is a `calls_script` of `n` calls and returns the
+/// tool messages for `c1`..`cn`.
+pub async fn send_and_collect(server: &TestServer, body: Value, n: usize) -> Vec<String> {
+    let r = server.chat(body).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    collected(server, n)
+}
+
+/// The tool messages for `c1`..`cn` in the second upstream request.
+pub fn collected(server: &TestServer, n: usize) -> Vec<String> {
+    let reqs = server.requests();
+    assert!(
+        reqs.len() >= 2,
+        "the model was not called a second time: {reqs:#?}"
+    );
+    check_conversation_invariants(&reqs);
+    (1..=n)
+        .map(|i| tool_result(&reqs[1], &format!("c{i}")))
+        .collect()
+}
+
+/// Every tool message the upstream received, in every request.
+pub fn all_tool_messages(server: &TestServer) -> Vec<String> {
+    server
+        .requests()
+        .iter()
+        .flat_map(|r| {
+            r.body["messages"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|m| m["role"] == "tool")
+                .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }

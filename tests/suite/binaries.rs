@@ -1,0 +1,313 @@
+//! The real executables: `run`, `tools`, `serve` and `mock-upstream` as separate processes.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_toolpilot");
+
+fn toolpilot() -> Command {
+    let mut c = Command::new(BIN);
+    // The tests decide the configuration; nothing leaks in from the developer's shell.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TOOLPILOT_") || k == "OPENAI_API_KEY" || k == "RUST_LOG" {
+            c.env_remove(k);
+        }
+    }
+    c.kill_on_drop(true);
+    c
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir.path().join("README.md"),
+        "# Rocket Garden\n\nGrows rockets.\n",
+    );
+    write(&dir.path().join("src/lib.rs"), "pub fn launch() {}\n");
+    dir
+}
+
+/// Reads lines from a child's output until one contains `needle`; returns that line.
+async fn wait_for_line(
+    lines: &mut tokio::io::Lines<BufReader<impl tokio::io::AsyncRead + Unpin>>,
+    needle: &str,
+) -> String {
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains(needle) {
+                return line;
+            }
+        }
+        panic!("the process ended before printing {needle:?}");
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("no line with {needle:?} within 30 s"))
+}
+
+/// `http://127.0.0.1:PORT/v1` from a line that contains it.
+fn url_in(line: &str) -> String {
+    let start = line.find("http://").unwrap();
+    line[start..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .trim_end_matches([')', ','])
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_answers_one_question_with_the_demo_model() {
+    let ws = workspace();
+    let out = toolpilot()
+        .args(["run", "What is this project?", "--workspace"])
+        .arg(ws.path())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.starts_with("[toolpilot demo model]"), "{stdout}");
+    assert!(stdout.contains("> # Rocket Garden"), "{stdout}");
+    assert!(
+        stdout.contains("You asked: \"What is this project?\""),
+        "{stdout}"
+    );
+    assert!(stderr.contains("no upstream configured"), "{stderr}");
+    assert!(
+        stderr.contains("→ ls") && stderr.contains("→ read_file"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_lists_every_tool_with_its_effective_policy() {
+    let ws = workspace();
+    let cfg = ws
+        .path()
+        .join("..")
+        .join(format!("tp-{}.toml", std::process::id()));
+    std::fs::write(
+        &cfg,
+        "[policy.tools]\ngrep_search = \"deny\"\n[policy]\nallow = [\"read_file(src/**)\"]\n",
+    )
+    .unwrap();
+    let out = toolpilot()
+        .arg("tools")
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .await
+        .unwrap();
+    std::fs::remove_file(&cfg).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |tool: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(tool))
+            .unwrap_or_else(|| panic!("no line for {tool} in\n{text}"))
+            .to_string()
+    };
+    for (tool, policy) in [
+        ("read_file", "allowedWithoutPermission"),
+        ("read_currently_open_file", "allowedWithPermission"),
+        ("create_new_file", "allowedWithPermission"),
+        ("run_terminal_command", "allowedWithPermission"),
+        ("request_rule", "disabled"),
+        ("create_rule_block", "disabled"),
+        ("search_web", "allowedWithoutPermission"),
+        ("view_subdirectory", "allowedWithPermission"),
+    ] {
+        assert!(line(tool).contains(policy), "{tool}: {}", line(tool));
+    }
+    assert!(line("grep_search").contains("disabled") && line("grep_search").contains("config"));
+    assert!(
+        text.contains("rule: policy.allow[0] `read_file(src/**)`"),
+        "{text}"
+    );
+    let tool_lines = text
+        .lines()
+        .filter(|l| {
+            toolpilot::policy::known_tool_names()
+                .contains(&l.split_whitespace().next().unwrap_or(""))
+        })
+        .count();
+    assert_eq!(tool_lines, 21);
+}
+
+async fn spawn_mock(script: serde_json::Value) -> (Child, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("script.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    let mut child = toolpilot()
+        .args(["mock-upstream", "--bind", "127.0.0.1:0", "--script"])
+        .arg(&path)
+        .arg("--record")
+        .arg(dir.path().join("record.json"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = wait_for_line(&mut lines, "listening on").await;
+    (child, url_in(&line), dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_and_mock_upstream_as_real_processes() {
+    let (_mock, mock_url, mock_dir) = spawn_mock(json!({"rounds": [
+        {"tool_calls": [{"id": "c1", "name": "grep_search", "arguments": {"query": "fn launch"}}]},
+        {"text": "launch() is in src/lib.rs"}
+    ]}))
+    .await;
+    let ws = workspace();
+    let mut server = toolpilot()
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--model",
+            "mock-model",
+            "--upstream",
+            &mock_url,
+            "--workspace",
+        ])
+        .arg(ws.path())
+        .env("TOOLPILOT_LOG", "info")
+        .env("TOOLPILOT_UPSTREAM_API_KEY", "sk-test-secret-123")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
+    let line = wait_for_line(&mut lines, "listening on").await;
+    let base = url_in(&line);
+    let client = client();
+    let r = to_reply(
+        client
+            .post(format!("{base}/chat/completions"))
+            .body(ask("where is launch?").to_string())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.body["choices"][0]["message"]["content"],
+        "launch() is in src/lib.rs"
+    );
+    // The mock's record file shows the tool result and the API key sent upstream.
+    let record: Vec<toolpilot::mock::Recorded> = serde_json::from_str(
+        &std::fs::read_to_string(mock_dir.path().join("record.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record.len(), 2);
+    assert_eq!(
+        record[0].headers["authorization"],
+        "Bearer sk-test-secret-123"
+    );
+    let grep = tool_result(&record[1], "c1");
+    assert!(
+        grep.starts_with("src/lib.rs\n1:pub fn launch() {}"),
+        "{grep}"
+    );
+
+    // SIGTERM shuts it down cleanly.
+    let pid = server.id().unwrap();
+    let _ = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(10), server.wait())
+        .await
+        .expect("serve did not exit after SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    // The key never appears in the log.
+    let mut log = String::new();
+    while let Ok(Some(l)) = lines.next_line().await {
+        log.push_str(&l);
+        log.push('\n');
+    }
+    assert!(!log.contains("sk-test-secret-123"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsafe_or_invalid_start_ups_are_refused() {
+    let out = toolpilot()
+        .args(["serve", "--bind", "0.0.0.0:0"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing to listen on 0.0.0.0:0 without a bearer token"),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "[agent]\nmax_round = 3\n").unwrap();
+    let out = toolpilot()
+        .arg("tools")
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown field `max_round`"), "{err}");
+
+    let out = toolpilot()
+        .args(["run", "x"])
+        .env("TOOLPILOT_AGENT__MAX_ROUNDS", "zero")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("TOOLPILOT_AGENT__MAX_ROUNDS (agent.max_rounds)"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_reports_upstream_failures_with_a_non_zero_exit() {
+    let (_mock, mock_url, _dir) = spawn_mock(json!({"repeat_last": true, "rounds": [
+        {"status": 401, "error": "invalid api key"}
+    ]}))
+    .await;
+    let ws = workspace();
+    let out = toolpilot()
+        .args([
+            "run",
+            "hello",
+            "--model",
+            "m",
+            "--upstream",
+            &mock_url,
+            "--workspace",
+        ])
+        .arg(ws.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the upstream answered HTTP 401: invalid api key"),
+        "{err}"
+    );
+}
