@@ -606,6 +606,77 @@ mod tests {
     }
 
     #[test]
+    fn the_example_config_loads_and_documents_every_key() {
+        let example = include_str!("../config.example.toml");
+        let c = load(example, &[], CommonArgs::default()).unwrap();
+        assert_eq!(c.agent.max_rounds, 25);
+        assert_eq!(
+            c.sensitive_files.len(),
+            crate::workspace::DEFAULT_SENSITIVE.len()
+        );
+        // Every key of every section, including the commented-out ones.
+        let keys = [
+            "workspace",
+            "sensitive_files",
+            "bind",
+            "bearer_token_env",
+            "allowed_hosts",
+            "allowed_origins",
+            "max_body_bytes",
+            "keepalive_secs",
+            "url",
+            "model",
+            "api_key_env",
+            "headers",
+            "connect_timeout_secs",
+            "first_byte_timeout_secs",
+            "idle_timeout_secs",
+            "total_timeout_secs",
+            "max_retries",
+            "retry_base_ms",
+            "retry_max_wait_secs",
+            "request_usage",
+            "max_response_bytes",
+            "max_rounds",
+            "approve_asks",
+            "default_tools",
+            "detect_repeats",
+            "output_budget",
+            "grep_max_results",
+            "grep_context_lines",
+            "grep_max_per_file",
+            "grep_max_file_bytes",
+            "glob_max_results",
+            "ls_max_entries",
+            "diff_max_lines",
+            "search_exclude",
+            "search_timeout_secs",
+            "git_timeout_secs",
+            "deny",
+            "ask",
+            "allow",
+        ];
+        for key in keys {
+            assert!(
+                example
+                    .lines()
+                    .any(|l| l.trim_start_matches("# ").starts_with(&format!("{key} ="))),
+                "config.example.toml does not document `{key}`"
+            );
+        }
+        for section in [
+            "[server]",
+            "[upstream]",
+            "[agent]",
+            "[tools]",
+            "[policy]",
+            "[policy.tools]",
+        ] {
+            assert!(example.contains(section), "{section}");
+        }
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let e = load("[agent]\nmax_roundz = 7\n", &[], CommonArgs::default()).unwrap_err();
         assert!(
