@@ -1,4 +1,5 @@
 //! `view_diff`: staged and unstaged `git diff` of the workspace, plus untracked file names.
+//! When the workspace lies inside a larger repository, only changes below the root are shown.
 //!
 //! git runs with a cleared environment (no API keys, no `GIT_DIR` tricks) and in a way that
 //! the repository's own configuration cannot make it execute programs: no external diff
@@ -174,7 +175,10 @@ async fn view_diff(env: &ToolEnv) -> Result<String, ToolError> {
         git.overrides.push(format!("filter.{n}.required=false"));
     }
 
-    let flags = ["--no-ext-diff", "--no-textconv", "--no-color"];
+    // `--relative`: when the workspace is a folder inside a larger repository, only its own
+    // changes are shown (with workspace-relative paths), never files outside the root.
+    // `ls-files` already lists only the current directory.
+    let flags = ["--no-ext-diff", "--no-textconv", "--no-color", "--relative"];
     let staged = git
         .run(&[&["diff", "--cached"][..], &flags[..]].concat())
         .await?;
@@ -238,9 +242,11 @@ async fn view_diff(env: &ToolEnv) -> Result<String, ToolError> {
     if staged.2 || unstaged.2 {
         out.push_str("\n[git produced more than 16 MB of diff; the rest was not read]");
     }
+    // Leave room for fit_budget's note, so the registry's cut at the budget keeps it.
+    let budget = env.config.output_budget;
     Ok(super::fit_budget(
         out,
-        env.config.output_budget,
+        budget - (256).min(budget / 2),
         "Look at single files with read_file.",
     ))
 }

@@ -43,13 +43,10 @@ impl Tool for ReadFile {
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args.string("filepath")?;
         let path = resolve(&env.workspace, &raw)?;
+        let targets = content_targets(&env.workspace, &path);
         let env = env.clone();
-        let target = Target::Path {
-            path: path.clone(),
-            reads_content: true,
-        };
         Ok(Invocation {
-            targets: vec![target],
+            targets,
             job: blocking(move || read_whole(&env, &path, &raw)),
         })
     }
@@ -94,12 +91,10 @@ impl Tool for ReadFileRange {
             )));
         }
         let path = resolve(&env.workspace, &raw)?;
+        let targets = content_targets(&env.workspace, &path);
         let env = env.clone();
         Ok(Invocation {
-            targets: vec![Target::Path {
-                path: path.clone(),
-                reads_content: true,
-            }],
+            targets,
             job: blocking(move || read_range(&env, &path, &raw, start as u64, end as u64)),
         })
     }
@@ -137,12 +132,10 @@ impl Tool for ReadCurrentlyOpenFile {
             });
         };
         let path = resolve(&env.workspace, &raw)?;
+        let targets = content_targets(&env.workspace, &path);
         let env = env.clone();
         Ok(Invocation {
-            targets: vec![Target::Path {
-                path: path.clone(),
-                reads_content: true,
-            }],
+            targets,
             job: blocking(move || {
                 let text = read_whole(&env, &path, &raw)?;
                 Ok(format!(
@@ -153,6 +146,22 @@ impl Tool for ReadCurrentlyOpenFile {
             }),
         })
     }
+}
+
+/// The policy targets of reading `path`: the path as named and, when it goes through
+/// in-workspace symlinks, the file it really is (so a link to `.env` is refused like `.env`).
+fn content_targets(ws: &Workspace, path: &WorkspacePath) -> Vec<Target> {
+    let mut targets = vec![Target::Path {
+        path: path.clone(),
+        reads_content: true,
+    }];
+    if let Some(real) = ws.real_path(path) {
+        targets.push(Target::Path {
+            path: real,
+            reads_content: true,
+        });
+    }
+    targets
 }
 
 pub(crate) fn resolve(ws: &Workspace, raw: &str) -> Result<WorkspacePath, ToolError> {
@@ -195,15 +204,17 @@ fn read_whole(env: &ToolEnv, path: &WorkspacePath, raw: &str) -> Result<String, 
     if complete {
         return Ok(decode(buf, path));
     }
-    // Too big: keep whole lines up to the budget and say where to continue.
-    buf.truncate(budget);
+    // Too big: keep whole lines up to the budget (less room for the note) and say where to
+    // continue. Lines are counted over everything read, before the cut.
+    let total_lines = count_lines(&mut reader, &buf);
+    let limit = content_limit(budget, path);
+    buf.truncate(limit);
     match buf.iter().rposition(|&b| b == b'\n') {
         Some(nl) => buf.truncate(nl + 1),
         None => trim_partial_utf8(&mut buf),
     }
     let shown_lines = buf.iter().filter(|&&b| b == b'\n').count() as u64;
     let shown_bytes = buf.len() as u64;
-    let total_lines = count_lines(&mut reader, &buf);
     let mut text = decode(buf, path);
     if !text.ends_with('\n') {
         text.push('\n');
@@ -217,7 +228,7 @@ fn read_whole(env: &ToolEnv, path: &WorkspacePath, raw: &str) -> Result<String, 
             "[file cut at the output budget: its first line alone is longer than {} bytes \
              (the file has {total}); showing the first {} bytes. Search it with grep_search \
              instead.]",
-            group(budget as u64),
+            group(limit as u64),
             group(shown_bytes),
         ));
         return Ok(text);
@@ -232,6 +243,14 @@ fn read_whole(env: &ToolEnv, path: &WorkspacePath, raw: &str) -> Result<String, 
         shown_lines + 400,
     ));
     Ok(text)
+}
+
+/// How much of the output budget a cut file's text may use: the rest is kept for the notes
+/// that say where it was cut and how to go on, so that the registry's own cut at the budget
+/// never removes them.
+fn content_limit(budget: usize, path: &WorkspacePath) -> usize {
+    let room = (512 + 2 * path.display().len()).min(budget / 2);
+    budget - room
 }
 
 /// Lines in the whole file, counting what is already read plus the rest of `reader`.
@@ -270,7 +289,7 @@ fn read_range(
 ) -> Result<String, ToolError> {
     let file = open(env, path, raw)?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
-    let budget = env.config.output_budget;
+    let budget = content_limit(env.config.output_budget, path);
     let mut out: Vec<u8> = Vec::new();
     let mut line = Vec::new();
     let mut lineno = 0u64;

@@ -341,6 +341,21 @@ impl Workspace {
         self.dir.open_dir(&p.rel).map_err(|e| self.io_error(raw, e))
     }
 
+    /// Where `p` really is when it goes through in-workspace symbolic links (`link` →
+    /// `.env`): the policy must judge that path too, or a link would be a way around the
+    /// sensitive-file list and deny rules. `None` when `p` does not exist, involves no link,
+    /// or leads outside (opening it is refused anyway).
+    pub fn real_path(&self, p: &WorkspacePath) -> Option<WorkspacePath> {
+        if p.is_root() {
+            return None;
+        }
+        let real = std::fs::canonicalize(self.root.join(&p.rel)).ok()?;
+        let rel = real.strip_prefix(&self.root).ok()?;
+        (rel != p.rel && !rel.as_os_str().is_empty()).then(|| WorkspacePath {
+            rel: rel.to_path_buf(),
+        })
+    }
+
     /// Whether the path exists and is a directory (following in-workspace symlinks).
     pub fn is_dir(&self, p: &WorkspacePath) -> bool {
         p.is_root() || self.dir.metadata(&p.rel).is_ok_and(|m| m.is_dir())
@@ -523,6 +538,11 @@ mod tests {
         );
         assert!(open("src").unwrap_err().contains("is a directory"));
         assert!(open("nope.rs").unwrap_err().contains("does not exist"));
+        let real = |raw: &str| ws.real_path(&ws.resolve(raw).unwrap()).map(|p| p.display());
+        assert_eq!(real("link-in").as_deref(), Some("src/a.rs"));
+        assert_eq!(real("src/a.rs"), None);
+        assert_eq!(real("link-out"), None);
+        assert_eq!(real("nope.rs"), None);
         let p = ws.resolve("dir-out").unwrap();
         assert!(
             ws.open_dir(&p, "dir-out")

@@ -58,7 +58,8 @@ impl Builder {
         self
     }
 
-    /// The mock upstream's script (`{"rounds": [...]}`).
+    /// The mock upstream's script (`{"rounds": [...]}`). `@WS@` and `@TOP@` in its strings
+    /// become the workspace and its parent temporary directory.
     pub fn script(mut self, script: Value) -> Self {
         self.script = Some(script);
         self
@@ -107,7 +108,9 @@ impl Builder {
             None
         } else {
             let script: Script = match &self.script {
-                Some(s) => serde_json::from_value(s.clone()).unwrap(),
+                Some(s) => {
+                    serde_json::from_value(placeholders(s.clone(), &ws, dir.path())).unwrap()
+                }
                 None => Script::default(),
             };
             let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -150,6 +153,24 @@ impl Builder {
             client: client(),
             shutdown: Some(tx),
         }
+    }
+}
+
+/// Replaces `@WS@` (the workspace) and `@TOP@` (the temporary directory that holds it) in
+/// every string of a script, so a script can name absolute paths that only exist at start.
+fn placeholders(v: Value, ws: &Path, top: &Path) -> Value {
+    match v {
+        Value::String(s) => Value::String(
+            s.replace("@WS@", &ws.display().to_string())
+                .replace("@TOP@", &top.display().to_string()),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(|x| placeholders(x, ws, top)).collect()),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, x)| (k, placeholders(x, ws, top)))
+                .collect(),
+        ),
+        other => other,
     }
 }
 
