@@ -213,6 +213,15 @@ struct Offer {
 }
 
 impl Offer {
+    /// Every tool name the model may call (ours and the client's).
+    fn names(&self) -> Vec<String> {
+        self.server
+            .iter()
+            .chain(self.client.iter())
+            .cloned()
+            .collect()
+    }
+
     fn new(engine: &Engine, req: &ChatRequest) -> Offer {
         let reg = &engine.registry;
         let mut offer = Offer {
@@ -354,7 +363,12 @@ impl Run<'_> {
                 tools_allowed.then_some(&offer.specs),
                 request_usage,
             );
-            let round = self.round_with_retries(&body, &mut tail).await?;
+            let names = if tools_allowed {
+                offer.names()
+            } else {
+                Vec::new()
+            };
+            let round = self.round_with_retries(&body, &names, &mut tail).await?;
             if let Some(u) = &round.usage {
                 usage.add(u);
             }
@@ -438,6 +452,7 @@ impl Run<'_> {
     async fn round_with_retries(
         &self,
         body: &Value,
+        tool_names: &[String],
         tail: &mut TextTail,
     ) -> Result<Round, RunError> {
         let retry = self
@@ -450,7 +465,7 @@ impl Run<'_> {
         let mut attempt = 0u32;
         loop {
             let mut forwarded = false;
-            match self.one_round(body, tail, &mut forwarded).await {
+            match self.one_round(body, tool_names, tail, &mut forwarded).await {
                 Ok(round) => return Ok(round),
                 Err(RoundError::ClientGone) => return Err(RunError::ClientGone),
                 Err(RoundError::Upstream(e)) => {
@@ -471,15 +486,24 @@ impl Run<'_> {
     async fn one_round(
         &self,
         body: &Value,
+        tool_names: &[String],
         tail: &mut TextTail,
         forwarded: &mut bool,
     ) -> Result<Round, RoundError> {
         let mut stream = self.engine.upstream.start(body).await?;
-        let mut acc = Accumulator::new();
+        let mut acc = Accumulator::with_tool_names(tool_names.iter().cloned());
         let mut pieces = Vec::new();
         let mut first_text = true;
-        while let Some((event, data)) = stream.next_data().await? {
-            acc.push_data(event.as_deref(), &data, &mut pieces)?;
+        let mut ended = false;
+        loop {
+            match stream.next_data().await? {
+                Some((event, data)) => acc.push_data(event.as_deref(), &data, &mut pieces)?,
+                None => ended = true,
+            }
+            // Some servers keep the connection open after [DONE]; do not wait for it to close.
+            if ended || acc.is_done() {
+                acc.flush(&mut pieces);
+            }
             if self.opts.live {
                 for p in pieces.drain(..) {
                     let ev = match p {
@@ -499,8 +523,7 @@ impl Run<'_> {
             } else {
                 pieces.clear();
             }
-            // Some servers keep the connection open after [DONE]; do not wait for it to close.
-            if acc.is_done() {
+            if ended || acc.is_done() {
                 break;
             }
         }

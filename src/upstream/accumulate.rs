@@ -14,6 +14,7 @@
 use serde_json::Value;
 
 use super::UpstreamError;
+use super::textcalls::TextCalls;
 use crate::openai::{ToolCall, Usage};
 
 /// Text to pass on to the client as it arrives.
@@ -49,11 +50,36 @@ pub struct Accumulator {
     saw_done: bool,
     /// Chunks that carried something (for the truncation message).
     chunks: usize,
+    /// Recognises tool calls written as text (for the offered tool names).
+    text_calls: TextCalls,
+    flushed: bool,
 }
 
 impl Accumulator {
     pub fn new() -> Accumulator {
         Accumulator::default()
+    }
+
+    /// An accumulator that also turns tool calls written as text into real calls, for these
+    /// offered tool names.
+    pub fn with_tool_names(names: impl IntoIterator<Item = String>) -> Accumulator {
+        Accumulator {
+            text_calls: TextCalls::new(names),
+            ..Accumulator::default()
+        }
+    }
+
+    /// The stream has ended: releases text held back as a possible tool call.
+    pub fn flush(&mut self, out: &mut Vec<Piece>) {
+        if self.flushed {
+            return;
+        }
+        self.flushed = true;
+        let rest = self.text_calls.finish();
+        if !rest.is_empty() {
+            self.round.content.push_str(&rest);
+            out.push(Piece::Content(rest));
+        }
     }
 
     /// Whether `[DONE]` was seen (nothing after it matters).
@@ -159,8 +185,11 @@ impl Accumulator {
         }
         let text = content_text(delta.get("content"));
         if !text.is_empty() {
-            self.round.content.push_str(&text);
-            out.push(Piece::Content(text));
+            let shown = self.text_calls.push(&text);
+            if !shown.is_empty() {
+                self.round.content.push_str(&shown);
+                out.push(Piece::Content(shown));
+            }
         }
         if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
             for c in calls {
@@ -244,12 +273,15 @@ impl Accumulator {
     }
 
     /// Ends the round. Errors if the stream was cut off.
-    pub fn finish(self) -> Result<Round, UpstreamError> {
+    pub fn finish(mut self) -> Result<Round, UpstreamError> {
+        self.flush(&mut Vec::new());
         let Accumulator {
             mut round,
             calls,
             saw_done,
             chunks,
+            text_calls,
+            ..
         } = self;
         if !saw_done && round.finish_reason.is_none() {
             return Err(UpstreamError::Truncated(if chunks == 0 {
@@ -273,6 +305,7 @@ impl Accumulator {
                     c.arguments
                 },
             })
+            .chain(text_calls.calls)
             .collect();
         // Ids must be unique within a round for tool messages to match their calls.
         let mut seen = std::collections::HashSet::new();
@@ -341,11 +374,16 @@ mod tests {
     /// offset, and checks that every split gives the same round and the same forwarded text.
     #[track_caller]
     fn run(stream: &str) -> Result<(Round, String), String> {
+        run_with(stream, &[])
+    }
+
+    #[track_caller]
+    fn run_with(stream: &str, names: &[&str]) -> Result<(Round, String), String> {
         let bytes = stream.as_bytes();
         let mut results = Vec::new();
         for split in 0..=bytes.len() {
             let mut dec = SseDecoder::new();
-            let mut acc = Accumulator::new();
+            let mut acc = Accumulator::with_tool_names(names.iter().map(|n| n.to_string()));
             let mut pieces = Vec::new();
             let mut res = Ok(());
             for part in [&bytes[..split], &bytes[split..]] {
@@ -361,6 +399,7 @@ mod tests {
                     res = acc.push_data(ev.event.as_deref(), &ev.data, &mut pieces);
                 }
             }
+            acc.flush(&mut pieces);
             let text: String = pieces
                 .iter()
                 .map(|p| match p {
@@ -687,6 +726,40 @@ mod tests {
             vec![call("a", "ls", "{}"), call("b", "ls", "{}")]
         );
         assert_eq!(r.usage.unwrap().total_tokens, 7);
+    }
+
+    #[test]
+    fn tool_calls_written_as_text_become_calls_and_are_not_forwarded() {
+        let s = [
+            chunk(r#"{"content":"Checking.\n<tool"}"#),
+            chunk(r#"{"content":"_call>{\"name\": \"read_file\", "}"#),
+            chunk(r#"{"content":"\"arguments\": {\"filepath\": \"a.rs\"}}</tool_call>"}"#),
+            finish("stop"),
+            DONE.into(),
+        ]
+        .concat();
+        let (r, text) = run_with(&s, &["read_file"]).unwrap();
+        assert_eq!(text, "Checking.\n");
+        assert_eq!(r.content, "Checking.\n");
+        assert_eq!(
+            r.tool_calls,
+            vec![call("call_INVENTED", "read_file", r#"{"filepath":"a.rs"}"#)]
+        );
+        // The same text with no such tool offered is just text.
+        let (r, text) = run_with(&s, &["ls"]).unwrap();
+        assert!(text.contains("<tool_call>") && r.tool_calls.is_empty());
+        // A fenced block in Continue's format.
+        let s = [
+            chunk(r#"{"content":"```tool\nTOOL_NAME: ls\nBEGIN_ARG: dirPath\nsrc\nEND_ARG\n```"}"#),
+            finish("stop"),
+        ]
+        .concat();
+        let (r, text) = run_with(&s, &["ls"]).unwrap();
+        assert_eq!(text, "");
+        assert_eq!(
+            r.tool_calls,
+            vec![call("call_INVENTED", "ls", r#"{"dirPath":"src"}"#)]
+        );
     }
 
     #[test]

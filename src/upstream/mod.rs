@@ -10,6 +10,7 @@
 pub mod accumulate;
 pub mod demo;
 pub mod sse;
+pub mod textcalls;
 
 use std::time::{Duration, Instant};
 
