@@ -90,6 +90,9 @@ pub const DEFAULT_SENSITIVE: &[&str] = &[
 /// The workspace: its canonical root, a capability handle on it, and the sensitive-file list.
 pub struct Workspace {
     root: PathBuf,
+    /// The root as it was given (absolute), when that differs from the canonical one (a
+    /// symlinked folder such as macOS's /tmp): absolute paths may use either spelling.
+    alias: Option<PathBuf>,
     dir: Dir,
     home: Option<PathBuf>,
     sensitive: Gitignore,
@@ -166,7 +169,9 @@ pub enum PathError {
 impl Workspace {
     /// Opens the workspace at `root` (which must be an existing directory).
     pub fn open(root: &Path, sensitive_patterns: &[String]) -> io::Result<Workspace> {
+        let given = std::path::absolute(root)?;
         let root = std::fs::canonicalize(root)?;
+        let alias = Some(normalize_absolute(&given)).filter(|g| *g != root);
         if !root.is_dir() {
             return Err(io::Error::new(
                 io::ErrorKind::NotADirectory,
@@ -189,6 +194,7 @@ impl Workspace {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         Ok(Workspace {
             root,
+            alias,
             dir,
             home,
             sensitive,
@@ -262,9 +268,14 @@ impl Workspace {
 
         let rel = if path.is_absolute() {
             let normal = normalize_absolute(&path);
-            match normal.strip_prefix(&self.root) {
-                Ok(r) => r.to_path_buf(),
-                Err(_) => return Err(self.outside(raw)),
+            let under = normal.strip_prefix(&self.root).ok().or_else(|| {
+                self.alias
+                    .as_ref()
+                    .and_then(|a| normal.strip_prefix(a).ok())
+            });
+            match under {
+                Some(r) => r.to_path_buf(),
+                None => return Err(self.outside(raw)),
             }
         } else {
             normalize_relative(&path).ok_or_else(|| self.outside(raw))?
@@ -550,6 +561,20 @@ mod tests {
                 .to_string()
                 .contains("symbolic link")
         );
+    }
+
+    #[test]
+    fn absolute_paths_may_use_a_symlinked_spelling_of_the_root() {
+        let (tmp, ws) = fixture();
+        symlink(ws.root(), tmp.path().join("alias")).unwrap();
+        let via = Workspace::open(&tmp.path().join("alias"), &[]).unwrap();
+        assert_eq!(via.root(), ws.root());
+        let raw = format!("{}/alias/src/a.rs", tmp.path().display());
+        assert_eq!(via.resolve(&raw).unwrap().display(), "src/a.rs");
+        let canonical = format!("{}/src/a.rs", ws.root().display());
+        assert_eq!(via.resolve(&canonical).unwrap().display(), "src/a.rs");
+        let outside = format!("{}/alias/../secret.txt", tmp.path().display());
+        assert!(via.resolve(&outside).is_err());
     }
 
     #[test]

@@ -548,3 +548,155 @@ async fn non_streaming_upstreams_are_understood() {
     assert_eq!(st.content(), "It is A.");
     assert_eq!(tool_result(&s.requests()[1], "1"), "A");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_left_in_the_text_are_run_and_never_shown() {
+    let s = TestServer::builder()
+        .file("a.txt", "A")
+        .script(json!({"rounds": [
+            {"text": "I'll read it.\n<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"filepath\": \"a.txt\"}}\n</tool_call>", "chunk_size": 5},
+            {"text": "```tool\nTOOL_NAME: ls\nBEGIN_ARG: dirPath\n.\nEND_ARG\n```", "chunk_size": 7},
+            {"text": "It says A."}
+        ]}))
+        .start()
+        .await;
+    let st = s.chat_stream(ask("x")).await;
+    assert_eq!(st.content(), "I'll read it.\n\nIt says A.");
+    assert!(
+        !st.raw.contains("tool_call") && !st.raw.contains("TOOL_NAME"),
+        "{}",
+        st.raw
+    );
+    let reqs = s.requests();
+    assert_eq!(reqs.len(), 3);
+    check_conversation_invariants(&reqs);
+    let assistant = &reqs[1].body["messages"][1];
+    assert_eq!(assistant["content"], "I'll read it.\n");
+    assert_eq!(assistant["tool_calls"][0]["function"]["name"], "read_file");
+    let id = assistant["tool_calls"][0]["id"].as_str().unwrap();
+    assert_eq!(tool_result(&reqs[1], id), "A");
+    let ls_id = reqs[2].body["messages"][3]["tool_calls"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(tool_result(&reqs[2], &ls_id), "a.txt");
+}
+
+/// Continue's delta merging (gui/src/redux/slices/sessionSlice.ts, as described in the
+/// reference): text wins over tool calls in a delta; a delta with an id starts or updates that
+/// call; one without an id extends the most recent call; arguments are appended only while
+/// the accumulated string is not yet valid JSON.
+fn continue_merge(chunks: &[Value]) -> (String, Vec<(String, String, String)>) {
+    let mut text = String::new();
+    let mut calls: Vec<(String, String, String)> = Vec::new();
+    for c in chunks {
+        let Some(delta) = c["choices"].get(0).map(|ch| &ch["delta"]) else {
+            continue;
+        };
+        if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            text.push_str(t);
+            continue;
+        }
+        let Some(tcs) = delta["tool_calls"].as_array() else {
+            continue;
+        };
+        for tc in tcs {
+            let id = tc["id"].as_str().unwrap_or("");
+            let slot = if !id.is_empty() {
+                match calls.iter().position(|(i, _, _)| i == id) {
+                    Some(p) => p,
+                    None => {
+                        calls.push((id.to_string(), String::new(), String::new()));
+                        calls.len() - 1
+                    }
+                }
+            } else {
+                calls.len() - 1
+            };
+            let call = &mut calls[slot];
+            if let Some(n) = tc["function"]["name"].as_str() {
+                if n.starts_with(call.1.as_str()) {
+                    call.1 = n.to_string();
+                } else if !call.1.starts_with(n) {
+                    call.1.push_str(n);
+                }
+            }
+            if let Some(a) = tc["function"]["arguments"].as_str() {
+                if serde_json::from_str::<Value>(&call.2).is_err() {
+                    call.2.push_str(a);
+                }
+            }
+        }
+    }
+    (text, calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continue_agent_mode_request_end_to_end() {
+    // The tools Continue sends in agent mode for a local model, plus one MCP tool.
+    let names = [
+        "read_file",
+        "create_new_file",
+        "run_terminal_command",
+        "file_glob_search",
+        "view_diff",
+        "read_currently_open_file",
+        "ls",
+        "fetch_url_content",
+        "search_web",
+        "edit_existing_file",
+        "single_find_and_replace",
+        "grep_search",
+        "mcp_jira_search",
+    ];
+    let tools: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"type": "function", "function": {"name": n, "description": format!("Continue's {n}"),
+            "parameters": {"type": "object", "properties": {}}}}))
+        .collect();
+    let s = TestServer::builder()
+        .model(None)
+        .file("src/lib.rs", "pub fn add(a: i32, b: i32) -> i32 { a - b }\n")
+        .script(json!({"rounds": [
+            {"tool_calls": [{"id": "g1", "name": "grep_search", "arguments": {"query": "fn add"}}]},
+            {"text": "Found the bug.", "tool_calls": [{"id": "e1", "name": "edit_existing_file",
+                "arguments": {"filepath": "src/lib.rs", "changes": "pub fn add(a: i32, b: i32) -> i32 { a + b }"}}],
+             "quirks": {"split_arguments": 6}}
+        ]}))
+        .start()
+        .await;
+    let req = json!({
+        "model": "qwen2.5-coder", "max_tokens": 4096, "stream": true,
+        "stream_options": {"include_usage": true}, "parallel_tool_calls": false,
+        "messages": [{"role": "system", "content": "<important_rules>agent mode</important_rules>"},
+                     {"role": "user", "content": "fix add()"}],
+        "tools": tools,
+    });
+    let st = s.chat_stream(req).await;
+    assert_eq!(st.status, 200);
+    let (text, calls) = continue_merge(&st.chunks);
+    assert_eq!(text, "Found the bug.");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].0, "e1");
+    assert_eq!(calls[0].1, "edit_existing_file");
+    let args: Value = serde_json::from_str(&calls[0].2).unwrap();
+    assert_eq!(args["filepath"], "src/lib.rs");
+    assert_eq!(st.finish_reason().as_deref(), Some("tool_calls"));
+    assert!(st.chunks.last().unwrap()["usage"].is_object());
+    // grep ran here; the request went upstream with Continue's own fields and tools.
+    let reqs = s.requests();
+    let grep = tool_result(&reqs[1], "g1");
+    assert!(
+        grep.contains("1:pub fn add(a: i32, b: i32) -> i32 { a - b }"),
+        "{grep}"
+    );
+    assert_eq!(reqs[0].body["parallel_tool_calls"], false);
+    assert_eq!(reqs[0].body["max_tokens"], 4096);
+    assert_eq!(reqs[0].body["model"], "qwen2.5-coder");
+    assert_eq!(reqs[0].body["tools"].as_array().unwrap().len(), names.len());
+    // The file is untouched: edits are Continue's to apply.
+    assert_eq!(
+        std::fs::read_to_string(s.path("src/lib.rs")).unwrap(),
+        "pub fn add(a: i32, b: i32) -> i32 { a - b }\n"
+    );
+}
