@@ -137,6 +137,9 @@ pub struct Recorded {
     pub round: Option<usize>,
     /// "completed", "client_disconnected" or "in_progress".
     pub outcome: String,
+    /// The client's address: the same port on two requests means a reused connection.
+    #[serde(default)]
+    pub peer: Option<String>,
 }
 
 struct Shared {
@@ -185,7 +188,11 @@ impl MockUpstream {
             .route("/_mock/release", post(release))
             .with_state(Arc::clone(&shared));
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await;
         });
         Ok(MockUpstream { addr, shared })
     }
@@ -266,6 +273,7 @@ fn set_outcome(shared: &Shared, i: usize, outcome: &str) {
 
 async fn chat(
     State(shared): State<Arc<Shared>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -305,6 +313,7 @@ async fn chat(
             body: body_json.clone(),
             round: round_index,
             outcome: "in_progress".into(),
+            peer: Some(peer.to_string()),
         });
         log.len() - 1
     };

@@ -505,3 +505,40 @@ async fn keep_alive_comments_flow_while_waiting() {
     let keepalives = st.comments.iter().filter(|c| *c == "keep-alive").count();
     assert!(keepalives >= 2, "{:?}", st.comments);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_answer_hits_the_total_timeout() {
+    let s = TestServer::builder()
+        .config("[upstream]\ntotal_timeout_secs = 0.5\n")
+        .script(json!({"rounds": [{"text": "a long and slow answer", "chunk_size": 1, "chunk_delay_ms": 100}]}))
+        .start()
+        .await;
+    let r = s.chat(ask("x")).await;
+    assert_error(&r, 504, "did not finish its answer within 0.5 s");
+    assert_eq!(s.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_reused() {
+    let s = TestServer::builder()
+        .file("a.txt", "A")
+        .script(json!({"repeat_last": false, "rounds": [
+            {"tool_calls": [{"id": "1", "name": "read_file", "arguments": {"filepath": "a.txt"}}]},
+            {"text": "one"},
+            {"text": "two"}
+        ]}))
+        .start()
+        .await;
+    assert_eq!(s.chat(ask("x")).await.status, 200);
+    assert_eq!(s.chat_stream(ask("y")).await.content(), "two");
+    let peers: Vec<String> = s
+        .requests()
+        .iter()
+        .map(|r| r.peer.clone().unwrap())
+        .collect();
+    assert_eq!(peers.len(), 3);
+    assert!(
+        peers.iter().all(|p| p == &peers[0]),
+        "new connections were opened: {peers:?}"
+    );
+}
