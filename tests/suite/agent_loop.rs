@@ -141,15 +141,7 @@ async fn content_reaches_the_client_before_the_upstream_finishes() {
         .script(json!({"rounds": [{"text": "first part, then the rest", "chunk_size": 5, "hold_after": 3}]}))
         .start()
         .await;
-    let mut req = ask("hi");
-    req["stream"] = json!(true);
-    let mut resp = s
-        .client
-        .post(s.url("/v1/chat/completions"))
-        .body(req.to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut resp = s.open_stream(ask("hi")).await;
     // The mock has sent the role chunk and two content pieces and now waits to be released:
     // those pieces must already be readable here.
     let mut seen = String::new();

@@ -340,18 +340,8 @@ async fn a_hanging_upstream_times_out_with_504() {
     let st = s.chat_stream(ask("x")).await;
     assert_eq!(st.status, 200);
     assert_eq!(st.content(), "abcd");
-    let err = st
-        .chunks
-        .iter()
-        .find(|c| c.get("error").is_some())
-        .expect("an error event");
-    assert!(
-        err["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("did not send the next part"),
-        "{err}"
-    );
+    let err = st.error_message().expect("an error event");
+    assert!(err.contains("did not send the next part"), "{err}");
     assert!(st.done_last);
     s.mock().release();
 }
@@ -386,18 +376,8 @@ async fn truncated_streams_are_retried_only_if_nothing_was_sent() {
     let st = s.chat_stream(ask("x")).await;
     assert_eq!(st.status, 200);
     assert_eq!(st.content(), "partial ");
-    let err = st
-        .chunks
-        .iter()
-        .find(|c| c.get("error").is_some())
-        .expect("an error event");
-    assert!(
-        err["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("without a finish_reason or [DONE]"),
-        "{err}"
-    );
+    let err = st.error_message().expect("an error event");
+    assert!(err.contains("without a finish_reason or [DONE]"), "{err}");
     assert!(st.done_last);
     assert_eq!(s.requests().len(), 1);
 }
@@ -437,15 +417,7 @@ async fn a_streaming_client_that_disconnects_cancels_the_run() {
         .script(json!({"rounds": [{"text": "one two three four five", "chunk_size": 4, "hold_after": 2}]}))
         .start()
         .await;
-    let mut req = ask("x");
-    req["stream"] = json!(true);
-    let mut resp = s
-        .client
-        .post(s.url("/v1/chat/completions"))
-        .body(req.to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut resp = s.open_stream(ask("x")).await;
     let first = resp.chunk().await.unwrap().unwrap();
     assert!(String::from_utf8_lossy(&first).contains("data:"));
     assert!(

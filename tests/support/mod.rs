@@ -237,6 +237,13 @@ impl StreamReply {
             .collect()
     }
 
+    /// The message of the in-stream error event, if there is one.
+    pub fn error_message(&self) -> Option<String> {
+        self.chunks
+            .iter()
+            .find_map(|c| c.get("error")?["message"].as_str().map(str::to_string))
+    }
+
     pub fn finish_reason(&self) -> Option<String> {
         self.chunks.iter().rev().find_map(|c| {
             c["choices"]
@@ -297,6 +304,17 @@ impl TestServer {
         let headers = r.headers().clone();
         let raw = r.text().await.unwrap();
         parse_sse(status, headers, raw)
+    }
+
+    /// Starts a streamed chat request and returns the response unread.
+    pub async fn open_stream(&self, mut body: Value) -> reqwest::Response {
+        body["stream"] = json!(true);
+        self.client
+            .post(self.url("/v1/chat/completions"))
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
     }
 
     /// The workspace path of a file.
