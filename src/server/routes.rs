@@ -223,18 +223,22 @@ async fn stream_response(
     include_usage: bool,
     keepalive: Duration,
 ) -> Response {
-    // Wait for the run's first event: an error before anything happened gets a real status.
-    let first = match handle.events.recv().await {
-        None => return run_ended_early().into_response(),
-        Some(RunEvent::Failed(e)) => return e.into_response(),
-        Some(ev) => ev,
+    // Wait briefly for the run's first event, so that an error before anything happened gets
+    // a real HTTP status. A slow upstream (a local model reading a long prompt) must not keep
+    // the client without response headers for long, though: after one keep-alive interval the
+    // stream starts anyway and later errors arrive as an error event.
+    let first = match tokio::time::timeout(keepalive, handle.events.recv()).await {
+        Ok(None) => return run_ended_early().into_response(),
+        Ok(Some(RunEvent::Failed(e))) => return e.into_response(),
+        Ok(Some(ev)) => Some(ev),
+        Err(_) => None,
     };
     let outbound = Outbound {
         handle,
         enc,
         include_usage,
         keepalive,
-        pending: Some(first),
+        pending: first,
         started: false,
         finished: false,
     };

@@ -514,3 +514,27 @@ async fn upstream_connections_are_reused() {
         "new connections were opened: {peers:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_first_token_still_gets_headers_and_keep_alives() {
+    let s = TestServer::builder()
+        .config("[server]\nkeepalive_secs = 0.1\n")
+        .script(json!({"rounds": [{"text": "finally", "delay_ms": 600}]}))
+        .start()
+        .await;
+    let mut resp = s.open_stream(ask("x")).await;
+    // Headers arrive although the upstream has not answered yet.
+    assert_eq!(resp.status(), 200);
+    let mut raw = String::new();
+    while let Some(c) = resp.chunk().await.unwrap() {
+        raw.push_str(&String::from_utf8_lossy(&c));
+    }
+    let st = parse_sse(200, Default::default(), raw);
+    assert_eq!(st.content(), "finally");
+    assert!(
+        st.comments.iter().any(|c| c == "keep-alive"),
+        "{:?}",
+        st.comments
+    );
+    assert!(st.done_last);
+}
