@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -33,12 +33,17 @@ pub struct CommonArgs {
     /// Approve every tool call whose policy is `ask` (never overrides `deny`)
     #[arg(long, env = "TOOLPILOT_YES")]
     pub yes: bool,
+    /// Where checkpoints and other state are kept (default $XDG_STATE_HOME/toolpilot)
+    #[arg(long, env = "TOOLPILOT_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// The resolved configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub workspace: PathBuf,
+    /// The state directory (checkpoints); per-workspace folders live below it.
+    pub state_dir: PathBuf,
     pub server: ServerConfig,
     /// `None`: the built-in demo model answers.
     pub upstream: Option<UpstreamConfig>,
@@ -112,6 +117,9 @@ pub struct ToolsConfig {
     pub git_timeout: Duration,
     /// Files larger than this are skipped by grep (like minified bundles and dumps).
     pub grep_max_file_bytes: u64,
+    /// When `edit_existing_file` cannot place the changes deterministically, ask the
+    /// upstream model to apply them (its output is verified before anything is written).
+    pub llm_apply: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -121,6 +129,8 @@ pub struct PolicyConfig {
     pub allow: Vec<String>,
     pub ask: Vec<String>,
     pub deny: Vec<String>,
+    /// Globs of paths that are not written without approval.
+    pub protected: Vec<String>,
 }
 
 impl Default for ToolsConfig {
@@ -137,6 +147,7 @@ impl Default for ToolsConfig {
             search_timeout: Duration::from_secs(30),
             git_timeout: Duration::from_secs(30),
             grep_max_file_bytes: 20 * 1024 * 1024,
+            llm_apply: true,
         }
     }
 }
@@ -145,6 +156,7 @@ impl Default for ToolsConfig {
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
     workspace: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
     server: Option<ServerFile>,
     upstream: Option<UpstreamFile>,
     agent: Option<AgentFile>,
@@ -205,6 +217,7 @@ struct ToolsFile {
     search_exclude: Option<Vec<String>>,
     search_timeout_secs: Option<f64>,
     git_timeout_secs: Option<f64>,
+    llm_apply: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -214,6 +227,7 @@ struct PolicyFile {
     allow: Option<Vec<String>>,
     ask: Option<Vec<String>>,
     deny: Option<Vec<String>>,
+    protected: Option<Vec<String>>,
 }
 
 /// A configuration error, naming the key or variable at fault.
@@ -280,6 +294,18 @@ impl Config {
             .clone()
             .or(file.workspace)
             .unwrap_or_else(|| PathBuf::from("."));
+        let state_dir = match args.state_dir.clone().or(file.state_dir) {
+            Some(d) => d,
+            None => match (env("XDG_STATE_HOME"), env("HOME")) {
+                (Some(x), _) => PathBuf::from(x).join("toolpilot"),
+                (None, Some(h)) => PathBuf::from(h).join(".local/state/toolpilot"),
+                (None, None) => {
+                    return Err(err(
+                        "state_dir: neither XDG_STATE_HOME nor HOME is set; pass --state-dir DIR",
+                    ));
+                }
+            },
+        };
 
         let s = file.server.unwrap_or_default();
         let bind_text = s.bind.unwrap_or_else(|| "127.0.0.1:7979".into());
@@ -420,6 +446,7 @@ impl Config {
             search_exclude: t.search_exclude.unwrap_or(d.search_exclude),
             search_timeout: secs("tools.search_timeout_secs", t.search_timeout_secs, 30.0)?,
             git_timeout: secs("tools.git_timeout_secs", t.git_timeout_secs, 30.0)?,
+            llm_apply: t.llm_apply.unwrap_or(d.llm_apply),
         };
         for g in &tools.search_exclude {
             globset::Glob::new(g.trim_end_matches('/'))
@@ -448,6 +475,12 @@ impl Config {
             allow: p.allow.unwrap_or_default(),
             ask: p.ask.unwrap_or_default(),
             deny: p.deny.unwrap_or_default(),
+            protected: p.protected.unwrap_or_else(|| {
+                crate::policy::DEFAULT_PROTECTED
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            }),
         };
         // Rules are parsed here so that a bad rule stops start-up with its key named.
         crate::policy::Policy::new(&policy).map_err(err)?;
@@ -461,6 +494,7 @@ impl Config {
 
         Ok(Config {
             workspace,
+            state_dir,
             server,
             upstream,
             agent,
@@ -468,18 +502,6 @@ impl Config {
             policy,
             sensitive_files,
         })
-    }
-
-    /// A configuration for tests and embedding: demo model, defaults everywhere.
-    pub fn for_workspace(workspace: &Path) -> Config {
-        let args = CommonArgs {
-            workspace: Some(workspace.to_path_buf()),
-            ..CommonArgs::default()
-        };
-        match Config::load_from(&args, &[]) {
-            Ok(c) => c,
-            Err(e) => unreachable!("the default configuration is valid: {e}"),
-        }
     }
 }
 
@@ -576,10 +598,11 @@ mod tests {
             config: Some(path),
             ..args
         };
-        let env: Vec<(String, String)> = env
+        let mut env: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        env.push(("HOME".into(), "/home/test".into()));
         Config::load_from(&args, &env).map_err(|e| e.0)
     }
 

@@ -12,7 +12,9 @@
 //! benchmarks. See `ARCHITECTURE.md` for the invariants.
 
 pub mod agent;
+pub mod checkpoint;
 pub mod config;
+pub mod edit;
 pub mod error;
 pub mod mock;
 pub mod openai;

@@ -47,6 +47,24 @@ enum Command {
         #[command(flatten)]
         common: CommonArgs,
     },
+    /// List the runs that changed files in the workspace, newest first
+    Runs {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restore the files a run changed to their state before the run
+    Undo {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// The run id (the x-toolpilot-run-id header, or from `toolpilot runs`)
+        run_id: String,
+        /// Restore even files that changed after the run
+        #[arg(long)]
+        force: bool,
+    },
     /// Serve a scripted OpenAI-compatible model (for tests, demos and benchmarks)
     MockUpstream {
         /// The JSON script of rounds
@@ -95,6 +113,12 @@ fn main() -> ExitCode {
                 run(common, prompt).await
             }
             Command::Tools { common } => tools(common),
+            Command::Runs { common, json } => runs(common, json),
+            Command::Undo {
+                common,
+                run_id,
+                force,
+            } => undo(common, &run_id, force),
             Command::MockUpstream {
                 script,
                 bind,
@@ -197,10 +221,11 @@ async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
         json!([{"role": "user", "content": prompt}]),
     );
     let req = ChatRequest::from_map(body).map_err(|e| e.message)?;
+    let run_id = server::new_run_id();
     let mut handle = engine.start(
         req,
         RunOptions {
-            run_id: server::new_run_id(),
+            run_id: run_id.clone(),
             live: true,
         },
     );
@@ -251,7 +276,7 @@ async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
                 }
                 let _ = stdout.flush();
                 eprintln!(
-                    "[{rounds} rounds, {} tokens, finish_reason {finish_reason}]",
+                    "[run {run_id}: {rounds} rounds, {} tokens, finish_reason {finish_reason}]",
                     usage.total_tokens
                 );
                 return Ok(());
@@ -260,6 +285,78 @@ async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
         }
     }
     Err("the run ended unexpectedly".into())
+}
+
+fn checkpoints(
+    common: &CommonArgs,
+) -> Result<
+    (
+        Config,
+        toolpilot::workspace::Workspace,
+        toolpilot::checkpoint::Store,
+    ),
+    String,
+> {
+    let config = load(common)?;
+    let ws = toolpilot::workspace::Workspace::open(&config.workspace, &config.sensitive_files)
+        .map_err(|e| {
+            format!(
+                "cannot open the workspace {}: {e}",
+                config.workspace.display()
+            )
+        })?;
+    let store = toolpilot::checkpoint::Store::new(&config.state_dir, ws.root());
+    Ok((config, ws, store))
+}
+
+fn runs(common: CommonArgs, json: bool) -> Result<(), String> {
+    let (_, ws, store) = checkpoints(&common)?;
+    let runs = store.list();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&runs).unwrap_or_default()
+        );
+        return Ok(());
+    }
+    if runs.is_empty() {
+        println!("No run has changed files in {} yet.", ws.root().display());
+        return Ok(());
+    }
+    println!(
+        "{:<22} {:<20} {:>5}  {:<8} prompt",
+        "run", "when (UTC)", "files", "state"
+    );
+    for r in runs {
+        let when = httpdate::fmt_http_date(
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(r.created),
+        );
+        println!(
+            "{:<22} {:<20} {:>5}  {:<8} {}",
+            r.run_id,
+            when.get(5..22).unwrap_or(&when),
+            r.files.len(),
+            if r.undone { "undone" } else { "" },
+            toolpilot::tools::args::preview(&r.prompt.replace('\n', " "), 60)
+        );
+    }
+    Ok(())
+}
+
+fn undo(common: CommonArgs, run_id: &str, force: bool) -> Result<(), String> {
+    let (_, ws, store) = checkpoints(&common)?;
+    let report = store.undo(&ws, run_id, force).map_err(|e| e.to_string())?;
+    for f in &report.restored {
+        println!("restored {f}");
+    }
+    for f in &report.removed {
+        println!("removed  {f}");
+    }
+    for d in &report.dirs_removed {
+        println!("removed  {d}/");
+    }
+    println!("run {run_id} undone");
+    Ok(())
 }
 
 fn tools(common: CommonArgs) -> Result<(), String> {
@@ -297,6 +394,10 @@ fn tools(common: CommonArgs) -> Result<(), String> {
             println!("{:<28}   rule: {rule}", "");
         }
     }
+    println!(
+        "\nprotected paths (writing them needs approval, policy.protected): {}",
+        policy.protected().join(" ")
+    );
     if config.agent.approve_asks {
         println!("\n--yes is set: `allowedWithPermission` calls run without asking.");
     } else {

@@ -21,12 +21,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
+use crate::checkpoint::Store;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::openai::{
     ChatRequest, ToolCall, Usage, assistant_message, tool_message, tool_spec_name,
 };
 use crate::policy::Policy;
+use crate::tools::edit::ApplyModel;
 use crate::tools::registry::{Outcome, Status};
 use crate::tools::{Registry, ToolEnv, spec_json};
 use crate::upstream::accumulate::{Accumulator, Piece, Round};
@@ -87,6 +89,8 @@ pub struct Engine {
     pub upstream: Upstream,
     pub registry: Registry,
     pub workspace: Arc<Workspace>,
+    /// Where each run's changes are recorded, for undo.
+    pub checkpoints: Store,
     tools_config: Arc<crate::config::ToolsConfig>,
 }
 
@@ -101,7 +105,9 @@ impl Engine {
             })?;
         let policy = Policy::new(&config.policy)?;
         let upstream = Upstream::from_config(config.upstream.as_ref())?;
+        let checkpoints = Store::new(&config.state_dir, workspace.root());
         Ok(Engine {
+            checkpoints,
             tools_config: Arc::new(config.tools.clone()),
             registry: Registry::new(policy),
             workspace: Arc::new(workspace),
@@ -122,6 +128,7 @@ impl Engine {
             async move {
                 let run = Run {
                     engine: &engine,
+                    engine_arc: Arc::clone(&engine),
                     opts: &opts,
                     tx: &tx,
                     cancel: &token,
@@ -270,6 +277,8 @@ impl Offer {
 
 struct Run<'a> {
     engine: &'a Engine,
+    /// The same engine, for what outlives a borrow (the apply model).
+    engine_arc: Arc<Engine>,
     opts: &'a RunOptions,
     tx: &'a mpsc::Sender<RunEvent>,
     cancel: &'a CancellationToken,
@@ -336,11 +345,23 @@ impl Run<'_> {
             tracing::warn!("no upstream configured: the built-in demo model answers this run");
         }
         let offer = Offer::new(engine, &req);
+        let apply: Option<Arc<dyn ApplyModel>> =
+            (engine.config.tools.llm_apply && !engine.upstream.is_demo()).then(|| {
+                Arc::new(UpstreamApply {
+                    engine: Arc::clone(&self.engine_arc),
+                    model: model.clone(),
+                }) as Arc<dyn ApplyModel>
+            });
         let env = ToolEnv {
             workspace: Arc::clone(&engine.workspace),
             config: Arc::clone(&engine.tools_config),
             current_file: req.current_file.clone(),
             cancel: self.cancel.clone(),
+            checkpoint: engine
+                .checkpoints
+                .run(&self.opts.run_id, &last_user_text(&req.messages)),
+            seen: Arc::default(),
+            apply,
         };
         let max_rounds = engine.config.agent.max_rounds;
         let mut messages = req.messages.clone();
@@ -409,8 +430,21 @@ impl Run<'_> {
             messages.push(assistant_message(&round.content, &round.tool_calls));
             let mut client_calls = Vec::new();
             let mut server_calls = Vec::new();
+            let approve = engine.config.agent.approve_asks;
             for call in &round.tool_calls {
-                if offer.server.contains(&call.name) {
+                // A call that needs approval, of a tool the client declared itself (Continue's
+                // edit tools): the client asks its user and runs it.
+                let hand_off = offer.server.contains(&call.name)
+                    && req.tools.is_some()
+                    && !approve
+                    && matches!(
+                        engine.registry.preflight(call, &env),
+                        Some(crate::policy::Decision::Ask { .. })
+                    );
+                if hand_off {
+                    tracing::info!(tool = %call.name, "needs approval; handed to the client that declared it");
+                    client_calls.push(call.clone());
+                } else if offer.server.contains(&call.name) {
                     server_calls.push(call.clone());
                 } else if offer.client.contains(&call.name) {
                     client_calls.push(call.clone());
@@ -605,6 +639,91 @@ impl Run<'_> {
             i = j;
         }
         Ok(results.into_iter().map(Option::unwrap_or_default).collect())
+    }
+}
+
+/// The text of the last user message (for the checkpoint record).
+fn last_user_text(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .map(|m| match m.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => String::new(),
+        })
+        .unwrap_or_default()
+}
+
+/// Applies `edit_existing_file` changes with the upstream model (an "apply" round).
+struct UpstreamApply {
+    engine: Arc<Engine>,
+    model: String,
+}
+
+const APPLY_PROMPT: &str = "You apply code edits. You are given a file and changes to it in which \
+placeholder comments (such as `// ... existing code ...`) stand for unchanged code. Output the \
+complete new file: the original with the changes applied, every unchanged line kept exactly as it \
+is, no placeholder comments left. Output only the file, in one fenced code block, and nothing else.";
+
+impl ApplyModel for UpstreamApply {
+    fn apply(
+        &self,
+        path: String,
+        original: String,
+        changes: String,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>> {
+        let engine = Arc::clone(&self.engine);
+        let model = self.model.clone();
+        Box::pin(async move {
+            let body = serde_json::json!({
+                "model": model,
+                "stream": true,
+                "temperature": 0,
+                "messages": [
+                    {"role": "system", "content": APPLY_PROMPT},
+                    {"role": "user", "content": format!(
+                        "File: {path}\n\n```\n{original}```\n\nChanges:\n\n```\n{changes}```")},
+                ],
+            });
+            let mut stream = engine
+                .upstream
+                .start(&body)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut acc = Accumulator::new();
+            let mut pieces = Vec::new();
+            while let Some((event, data)) = stream.next_data().await.map_err(|e| e.to_string())? {
+                acc.push_data(event.as_deref(), &data, &mut pieces)
+                    .map_err(|e| e.to_string())?;
+                pieces.clear();
+                if acc.is_done() {
+                    break;
+                }
+            }
+            let round = acc.finish().map_err(|e| e.to_string())?;
+            Ok(code_block(&round.content))
+        })
+    }
+}
+
+/// The content of the outermost fenced block of `text`, or all of it.
+fn code_block(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let first = lines.iter().position(|l| l.trim_start().starts_with("```"));
+    let last = lines.iter().rposition(|l| l.trim() == "```");
+    match (first, last) {
+        (Some(a), Some(b)) if b > a => {
+            let mut s = lines[a + 1..b].join("\n");
+            s.push('\n');
+            s
+        }
+        _ => text.to_string(),
     }
 }
 

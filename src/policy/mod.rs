@@ -130,10 +130,43 @@ enum Spec {
     },
 }
 
+/// Paths inside the workspace that are not written without approval: version-control
+/// internals and hooks (code execution), editor and agent configuration, CI definitions,
+/// environment files. Configurable as `policy.protected`.
+pub const DEFAULT_PROTECTED: &[&str] = &[
+    ".git",
+    ".git/**",
+    ".gitattributes",
+    ".gitmodules",
+    ".husky/**",
+    ".pre-commit-config.yaml",
+    ".github/workflows/**",
+    ".gitlab-ci.yml",
+    ".continue/**",
+    ".vscode/**",
+    ".idea/**",
+    ".claude/**",
+    ".cursor/**",
+    ".zed/**",
+    ".devcontainer/**",
+    "*.code-workspace",
+    ".editorconfig",
+    "AGENTS.md",
+    "CLAUDE.md",
+    ".cursorrules",
+    ".windsurfrules",
+    ".clinerules",
+    ".github/copilot-instructions.md",
+    ".env*",
+    ".envrc",
+];
+
 /// The compiled policy.
 #[derive(Debug, Clone)]
 pub struct Policy {
     levels: BTreeMap<String, Level>,
+    /// `(pattern, matcher, matches the file name alone)`.
+    protected: Vec<(String, GlobMatcher, bool)>,
     deny: Vec<Rule>,
     ask: Vec<Rule>,
     allow: Vec<Rule>,
@@ -156,7 +189,16 @@ impl Policy {
                 })
                 .collect()
         };
+        let mut protected = Vec::new();
+        for (i, p) in cfg.protected.iter().enumerate() {
+            let glob = GlobBuilder::new(p)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| format!("policy.protected[{i}] {p:?} is not a glob: {e}"))?;
+            protected.push((p.clone(), glob.compile_matcher(), !p.contains('/')));
+        }
         Ok(Policy {
+            protected,
             levels: cfg.tools.clone(),
             deny: compile(&cfg.deny, "deny")?,
             ask: compile(&cfg.ask, "ask")?,
@@ -179,6 +221,31 @@ impl Policy {
         } else {
             "default"
         }
+    }
+
+    /// The first written target that is a protected path, with the pattern it matches.
+    fn protected_match(&self, targets: &[Target]) -> Option<(String, String)> {
+        for t in targets {
+            let Target::Path { path, access } = t else {
+                continue;
+            };
+            if !access.writes() {
+                continue;
+            }
+            let rel = path.rel();
+            for (pattern, m, basename) in &self.protected {
+                let by_name = *basename && rel.file_name().is_some_and(|n| m.is_match(n));
+                if m.is_match(rel) || by_name {
+                    return Some((path.display(), pattern.clone()));
+                }
+            }
+        }
+        None
+    }
+
+    /// The protected-path patterns, for `toolpilot tools`.
+    pub fn protected(&self) -> Vec<String> {
+        self.protected.iter().map(|(p, _, _)| p.clone()).collect()
     }
 
     /// Rules that mention a tool, for `toolpilot tools`.
@@ -208,11 +275,10 @@ impl Policy {
             };
         }
         for t in targets {
-            if let Target::Path {
-                path,
-                reads_content: true,
-            } = t
-            {
+            if let Target::Path { path, access } = t {
+                if !access.reads() {
+                    continue;
+                }
                 if let Some(pattern) = ws.sensitive_match(path, false) {
                     return Decision::Deny {
                         reason: format!(
@@ -227,6 +293,14 @@ impl Policy {
         if let Some(r) = self.deny.iter().find(|r| r.matches_any(tool, targets)) {
             return Decision::Deny {
                 reason: format!("denied by {}", r.source),
+            };
+        }
+        if let Some((path, pattern)) = self.protected_match(targets) {
+            return Decision::Ask {
+                reason: format!(
+                    "writing {path} requires approval: it matches the protected path `{pattern}` \
+                     (policy.protected)"
+                ),
             };
         }
         if let Some(r) = self.ask.iter().find(|r| r.matches_any(tool, targets)) {
@@ -319,6 +393,7 @@ fn parse_rule(text: &str) -> Result<(String, Option<Spec>), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::Access;
 
     fn ws() -> (tempfile::TempDir, Workspace) {
         let tmp = tempfile::tempdir().unwrap();
@@ -340,6 +415,7 @@ mod tests {
             allow: v(allow),
             ask: v(ask),
             deny: v(deny),
+            protected: DEFAULT_PROTECTED.iter().map(|s| s.to_string()).collect(),
         })
         .unwrap()
     }
@@ -349,7 +425,7 @@ mod tests {
         let targets: Vec<Target> = path
             .map(|raw| Target::Path {
                 path: ws.resolve(raw).unwrap(),
-                reads_content: true,
+                access: Access::Read,
             })
             .into_iter()
             .collect();
@@ -475,6 +551,49 @@ mod tests {
             None,
             "allow: allowed by policy.allow[2]",
         );
+    }
+
+    #[test]
+    fn protected_paths_need_approval_to_be_written() {
+        let (_t, ws) = ws();
+        let p = policy(
+            &[
+                ("edit_existing_file", "allow"),
+                ("create_new_file", "allow"),
+            ],
+            &["edit_existing_file"],
+            &[],
+            &[],
+        );
+        let write = |tool: &str, raw: &str, access: Access| {
+            let d = p.decide(
+                tool,
+                &[Target::Path {
+                    path: ws.resolve(raw).unwrap(),
+                    access,
+                }],
+                &ws,
+            );
+            format!("{}: {}", d.label(), d.reason())
+        };
+        assert!(write("edit_existing_file", ".git/hooks/pre-commit", Access::Edit)
+            .starts_with("ask: writing .git/hooks/pre-commit requires approval: it matches the protected path `.git/**`"));
+        assert!(
+            write("create_new_file", ".github/workflows/ci.yml", Access::Write).starts_with("ask:")
+        );
+        assert!(
+            write("create_new_file", "sub/AGENTS.md", Access::Write).starts_with("ask:"),
+            "names match at any depth"
+        );
+        assert!(write("create_new_file", ".env.local", Access::Write).starts_with("ask:"));
+        assert!(
+            write("edit_existing_file", ".env", Access::Edit).starts_with("deny:"),
+            "editing reads the secret first"
+        );
+        assert!(write("edit_existing_file", "src/main.rs", Access::Edit).starts_with("allow:"));
+        assert!(write("create_new_file", "src/new.rs", Access::Write).starts_with("allow:"));
+        // Reading a protected path is not affected.
+        assert!(write("read_file", ".vscode/launch.json", Access::Read).starts_with("allow:"));
     }
 
     #[test]

@@ -54,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models", get(routes::models))
         .route("/models", get(routes::models))
         .route("/healthz", get(routes::healthz))
+        .route("/v1/runs/{id}/undo", post(routes::undo))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use axum::Extension;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
@@ -302,6 +302,57 @@ fn sandbox_status() -> serde_json::Value {
             "detail": format!("cannot read /sys/kernel/security/lsm: {e}"),
             "commands": "run_terminal_command is not executed server-side in this version; clients that declare it run it themselves",
         }),
+    }
+}
+
+/// `POST /v1/runs/{id}/undo` with an optional body `{"force": true}`.
+pub async fn undo(
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let force = if body.iter().all(u8::is_ascii_whitespace) {
+        false
+    } else {
+        match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(v) => match v.get("force") {
+                None | Some(serde_json::Value::Null) => false,
+                Some(serde_json::Value::Bool(b)) => *b,
+                Some(_) => {
+                    return ApiError::invalid("force", "`force` must be true or false")
+                        .into_response();
+                }
+            },
+            Err(e) => {
+                return ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    format!("the request body is not valid JSON: {e}"),
+                )
+                .into_response();
+            }
+        }
+    };
+    let engine = std::sync::Arc::clone(&state.engine);
+    let result = tokio::task::spawn_blocking(move || {
+        engine.checkpoints.undo(&engine.workspace, &run_id, force)
+    })
+    .await;
+    use crate::checkpoint::UndoError;
+    match result {
+        Ok(Ok(report)) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::to_string(&report).unwrap_or_default(),
+        )
+            .into_response(),
+        Ok(Err(e @ UndoError::NotFound(_))) => ApiError::not_found(e.to_string()).into_response(),
+        Ok(Err(e @ (UndoError::Conflict { .. } | UndoError::AlreadyUndone { .. }))) => {
+            ApiError::new(StatusCode::CONFLICT, "invalid_request_error", e.to_string())
+                .with_code("undo_conflict")
+                .into_response()
+        }
+        Ok(Err(e)) => ApiError::internal(e.to_string()).into_response(),
+        Err(e) => ApiError::internal(format!("undo stopped unexpectedly: {e}")).into_response(),
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub mod args;
 pub mod diff;
+pub mod edit;
 pub mod glob;
 pub mod grep;
 pub mod ls;
@@ -29,13 +30,46 @@ pub use registry::Registry;
 /// What a tool call acts on, as the policy sees it.
 #[derive(Debug, Clone)]
 pub enum Target {
-    /// A file or directory in the workspace, and whether the tool reads its contents.
-    Path {
-        path: WorkspacePath,
-        reads_content: bool,
-    },
+    /// A file or directory in the workspace, and what the tool does with it.
+    Path { path: WorkspacePath, access: Access },
     /// A search pattern (grep query, glob).
     Pattern(String),
+}
+
+/// What a tool does with a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Names only (ls, view_subdirectory).
+    List,
+    /// Reads the content.
+    Read,
+    /// Creates the file without reading anything.
+    Write,
+    /// Reads and rewrites the content.
+    Edit,
+}
+
+impl Access {
+    pub fn reads(self) -> bool {
+        matches!(self, Access::Read | Access::Edit)
+    }
+
+    pub fn writes(self) -> bool {
+        matches!(self, Access::Write | Access::Edit)
+    }
+}
+
+/// The policy targets of acting on `path`: the path as named and, when it goes through
+/// in-workspace symlinks, the file it really is (so a link to `.env` is treated like `.env`).
+pub fn path_targets(ws: &Workspace, path: &WorkspacePath, access: Access) -> Vec<Target> {
+    let mut targets = vec![Target::Path {
+        path: path.clone(),
+        access,
+    }];
+    if let Some(real) = ws.real_path(path) {
+        targets.push(Target::Path { path: real, access });
+    }
+    targets
 }
 
 /// A tool call that passed argument checks and is ready to run once the policy allows it.
@@ -56,6 +90,25 @@ pub struct ToolEnv {
     pub current_file: Option<String>,
     /// Cancelled when the run ends early (client gone); long tools stop at the next check.
     pub cancel: CancellationToken,
+    /// Records the prior state of every file the run changes (for undo).
+    pub checkpoint: Arc<crate::checkpoint::RunCheckpoint>,
+    /// File versions this run has seen, to refuse edits based on stale reads.
+    pub seen: Arc<edit::SeenFiles>,
+    /// The upstream model, for `edit_existing_file` changes that cannot be placed
+    /// deterministically (`tools.llm_apply`).
+    pub apply: Option<Arc<dyn edit::ApplyModel>>,
+}
+
+impl ToolEnv {
+    /// Notes that the run has seen `path` (as opened, with metadata `meta`).
+    pub fn saw(&self, path: &WorkspacePath, meta: &std::fs::Metadata) {
+        let real = self
+            .workspace
+            .real_path(path)
+            .unwrap_or_else(|| path.clone());
+        self.seen
+            .record(&real, crate::workspace::write::Version::of(meta));
+    }
 }
 
 /// How a tool call failed. Both variants reach the model as a tool message; the loop goes on.
@@ -160,26 +213,13 @@ pub fn builtin_tools() -> Vec<Box<dyn Tool>> {
         Box::new(grep::GrepSearch),
         Box::new(diff::ViewDiff),
         Box::new(subdir::ViewSubdirectory),
+        Box::new(edit::CreateNewFile),
+        Box::new(edit::EditExistingFile),
+        Box::new(edit::SingleFindAndReplace),
+        Box::new(edit::MultiEdit),
+        Box::new(edit::SearchAndReplaceInFile),
     ]
 }
-
-/// Built-in names from Continue's reference that toolpilot does not execute yet. When a
-/// client declares one of these, its calls go back to the client like any client tool.
-pub const NOT_YET_SERVER_SIDE: &[(&str, &str)] = &[
-    ("create_new_file", "allowedWithPermission"),
-    ("edit_existing_file", "allowedWithPermission"),
-    ("single_find_and_replace", "allowedWithPermission"),
-    ("multi_edit", "allowedWithPermission"),
-    ("search_and_replace_in_file", "allowedWithPermission"),
-    ("run_terminal_command", "allowedWithPermission"),
-    ("fetch_url_content", "allowedWithPermission"),
-    ("search_web", "allowedWithoutPermission"),
-    ("codebase", "allowedWithPermission"),
-    ("create_rule_block", "disabled"),
-    ("request_rule", "disabled"),
-    ("read_skill", "allowedWithPermission"),
-    ("view_repo_map", "allowedWithPermission"),
-];
 
 #[cfg(test)]
 mod tests {

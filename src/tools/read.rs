@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read};
 use serde_json::json;
 
 use super::args::Args;
-use super::{Invocation, Target, Tool, ToolEnv, ToolError, blocking};
+use super::{Access, Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
 use crate::policy::{Level, reference_default};
 use crate::workspace::{PathError, Workspace, WorkspacePath};
 
@@ -43,7 +43,7 @@ impl Tool for ReadFile {
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args.string("filepath")?;
         let path = resolve(&env.workspace, &raw)?;
-        let targets = content_targets(&env.workspace, &path);
+        let targets = path_targets(&env.workspace, &path, Access::Read);
         let env = env.clone();
         Ok(Invocation {
             targets,
@@ -91,7 +91,7 @@ impl Tool for ReadFileRange {
             )));
         }
         let path = resolve(&env.workspace, &raw)?;
-        let targets = content_targets(&env.workspace, &path);
+        let targets = path_targets(&env.workspace, &path, Access::Read);
         let env = env.clone();
         Ok(Invocation {
             targets,
@@ -132,7 +132,7 @@ impl Tool for ReadCurrentlyOpenFile {
             });
         };
         let path = resolve(&env.workspace, &raw)?;
-        let targets = content_targets(&env.workspace, &path);
+        let targets = path_targets(&env.workspace, &path, Access::Read);
         let env = env.clone();
         Ok(Invocation {
             targets,
@@ -146,22 +146,6 @@ impl Tool for ReadCurrentlyOpenFile {
             }),
         })
     }
-}
-
-/// The policy targets of reading `path`: the path as named and, when it goes through
-/// in-workspace symlinks, the file it really is (so a link to `.env` is refused like `.env`).
-fn content_targets(ws: &Workspace, path: &WorkspacePath) -> Vec<Target> {
-    let mut targets = vec![Target::Path {
-        path: path.clone(),
-        reads_content: true,
-    }];
-    if let Some(real) = ws.real_path(path) {
-        targets.push(Target::Path {
-            path: real,
-            reads_content: true,
-        });
-    }
-    targets
 }
 
 pub(crate) fn resolve(ws: &Workspace, raw: &str) -> Result<WorkspacePath, ToolError> {
@@ -182,7 +166,11 @@ fn open(env: &ToolEnv, path: &WorkspacePath, raw: &str) -> Result<File, ToolErro
 /// Reads a file for the model: whole if it fits the output budget, else the lines that fit.
 fn read_whole(env: &ToolEnv, path: &WorkspacePath, raw: &str) -> Result<String, ToolError> {
     let file = open(env, path, raw)?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let meta = file
+        .metadata()
+        .map_err(|e| ToolError::Failed(format!("cannot read \"{raw}\": {e}")))?;
+    env.saw(path, &meta);
+    let size = meta.len();
     let budget = env.config.output_budget;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let mut buf = Vec::with_capacity((size as usize).min(budget + 1));
@@ -288,6 +276,9 @@ fn read_range(
     end: u64,
 ) -> Result<String, ToolError> {
     let file = open(env, path, raw)?;
+    if let Ok(meta) = file.metadata() {
+        env.saw(path, &meta);
+    }
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let budget = content_limit(env.config.output_budget, path);
     let mut out: Vec<u8> = Vec::new();

@@ -89,6 +89,18 @@ impl Registry {
         self.get(name).is_some_and(|t| t.read_only())
     }
 
+    /// What the policy would decide for a call, without running it (`None` when the call is
+    /// malformed: dispatching it will explain why).
+    pub fn preflight(&self, call: &ToolCall, env: &ToolEnv) -> Option<Decision> {
+        let tool = self.get(&call.name)?;
+        let args = Args::parse(&call.arguments).ok()?;
+        let invocation = tool.prepare(&args, env).ok()?;
+        Some(
+            self.policy
+                .decide(&call.name, &invocation.targets, &env.workspace),
+        )
+    }
+
     /// Runs one call of a built-in tool through the policy. Never fails: every problem
     /// becomes text the model can act on.
     pub async fn dispatch(&self, call: &ToolCall, env: &ToolEnv, approve_asks: bool) -> Outcome {

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::args::Args;
 use super::read::{group, resolve};
-use super::{Invocation, Target, Tool, ToolEnv, ToolError, blocking};
+use super::{Access, Invocation, Target, Tool, ToolEnv, ToolError, blocking};
 use crate::policy::{Level, reference_default};
 use crate::workspace::walk::{self, Visibility};
 
@@ -40,7 +40,7 @@ impl Tool for ViewSubdirectory {
         Ok(Invocation {
             targets: vec![Target::Path {
                 path: path.clone(),
-                reads_content: false,
+                access: Access::List,
             }],
             job: blocking(move || {
                 let ws = &env.workspace;

@@ -9,6 +9,7 @@
 //! Nothing here decides *whether* an access is allowed; that is `policy`'s job.
 
 pub mod walk;
+pub mod write;
 
 use std::fs::File;
 use std::io;
@@ -96,6 +97,9 @@ pub struct Workspace {
     dir: Dir,
     home: Option<PathBuf>,
     sensitive: Gitignore,
+    /// One lock per edited file (see `write.rs`).
+    locks:
+        std::sync::Mutex<std::collections::HashMap<PathBuf, std::sync::Arc<std::sync::Mutex<()>>>>,
 }
 
 /// A path inside the workspace, relative to the root, normalised (no `.`, no `..`).
@@ -198,6 +202,7 @@ impl Workspace {
             dir,
             home,
             sensitive,
+            locks: Default::default(),
         })
     }
 

@@ -199,6 +199,7 @@ async fn upstream_down_is_a_502_and_models_falls_back_to_the_configured_model() 
         workspace: Some(dir.path().to_path_buf()),
         upstream: Some(format!("http://127.0.0.1:{port}/v1")),
         model: Some("configured".into()),
+        state_dir: Some(dir.path().join("state")),
         ..Default::default()
     };
     let cfg = toolpilot::config::Config::load_from(

@@ -1,6 +1,8 @@
 mod agent_loop;
 mod binaries;
 mod confinement;
+mod edit_corpus;
+mod edits;
 mod errors;
 mod policy;
 mod python_sdk;

@@ -118,7 +118,7 @@ impl Builder {
         };
         // Fast retries and timeouts keep fault tests quick; tests may override them.
         let mut toml = String::from(
-            "[upstream]\nretry_base_ms = 10\nretry_max_wait_secs = 2\nmax_retries = 2\n\n",
+            "[upstream]\nretry_base_ms = 10\nretry_max_wait_secs = 2\nmax_retries = 2\n[tools]\nllm_apply = false\n\n",
         );
         toml.push_str(&self.config);
         let cfg_path = dir.path().join("toolpilot.toml");
@@ -129,6 +129,7 @@ impl Builder {
             upstream: mock.as_ref().map(|m| m.base_url()),
             model: self.model.clone(),
             yes: self.yes,
+            state_dir: Some(dir.path().join("state")),
         };
         let config = Config::load_from(&args, &self.env).unwrap();
         let engine = Arc::new(Engine::new(config.clone()).unwrap());
