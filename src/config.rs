@@ -50,6 +50,7 @@ pub struct Config {
     pub agent: AgentConfig,
     pub tools: ToolsConfig,
     pub policy: PolicyConfig,
+    pub terminal: TerminalConfig,
     /// Gitignore-style patterns of files tools refuse to read (Continue's list by default).
     pub sensitive_files: Vec<String>,
 }
@@ -122,6 +123,45 @@ pub struct ToolsConfig {
     pub llm_apply: bool,
 }
 
+/// A command rule with examples (`[[policy.commands]]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandRuleConfig {
+    /// allow, ask or deny
+    pub decision: String,
+    /// A glob over one command's words, e.g. `make lint*`.
+    pub pattern: String,
+    /// Commands the pattern must match (checked at start-up).
+    #[serde(default)]
+    pub examples: Vec<String>,
+    /// Commands it must not match.
+    #[serde(default)]
+    pub not_examples: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TerminalConfig {
+    pub shell: String,
+    pub timeout: Duration,
+    pub idle_timeout: Duration,
+    pub head_bytes: usize,
+    pub tail_bytes: usize,
+    /// Run commands under Landlock when the kernel supports it.
+    pub sandbox: bool,
+    /// Allow TCP connections and listening sockets.
+    pub network: bool,
+    /// Extra folders commands may write.
+    pub writable: Vec<PathBuf>,
+    /// Environment variables (glob patterns) never passed to commands.
+    pub scrub_env: Vec<String>,
+    pub max_jobs: usize,
+    pub job_timeout: Duration,
+    /// The toolpilot executable that supervises commands (`__sandbox`).
+    pub helper: PathBuf,
+    /// Snapshot the workspace around commands, so their changes can be undone.
+    pub checkpoint: bool,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct PolicyConfig {
     /// Per-tool base policy overrides.
@@ -131,6 +171,12 @@ pub struct PolicyConfig {
     pub deny: Vec<String>,
     /// Globs of paths that are not written without approval.
     pub protected: Vec<String>,
+    /// Command rules with examples.
+    pub commands: Vec<CommandRuleConfig>,
+    /// Use the built-in command rules.
+    pub command_defaults: bool,
+    /// What an otherwise allowed command becomes without a sandbox.
+    pub unsandboxed: Level,
 }
 
 impl Default for ToolsConfig {
@@ -162,7 +208,28 @@ struct ConfigFile {
     agent: Option<AgentFile>,
     tools: Option<ToolsFile>,
     policy: Option<PolicyFile>,
+    terminal: Option<TerminalFile>,
     sensitive_files: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct TerminalFile {
+    shell: Option<String>,
+    timeout_secs: Option<f64>,
+    idle_timeout_secs: Option<f64>,
+    head_bytes: Option<usize>,
+    tail_bytes: Option<usize>,
+    sandbox: Option<bool>,
+    network: Option<bool>,
+    writable: Option<Vec<PathBuf>>,
+    scrub_env: Option<Vec<String>>,
+    max_jobs: Option<usize>,
+    job_timeout_secs: Option<f64>,
+    helper: Option<PathBuf>,
+    checkpoint: Option<bool>,
+    default_rules: Option<bool>,
+    unsandboxed: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -228,6 +295,7 @@ struct PolicyFile {
     ask: Option<Vec<String>>,
     deny: Option<Vec<String>>,
     protected: Option<Vec<String>>,
+    commands: Option<Vec<CommandRuleConfig>>,
 }
 
 /// A configuration error, naming the key or variable at fault.
@@ -470,6 +538,54 @@ impl Config {
             })?;
             levels.insert(tool, parsed);
         }
+        let tf = file.terminal.unwrap_or_default();
+        let unsandboxed = match tf.unsandboxed.as_deref() {
+            None => Level::Ask,
+            Some(v) => Level::parse(v).ok_or_else(|| {
+                err(format!(
+                    "terminal.unsandboxed: {v:?} is not a policy; use allow, ask or deny"
+                ))
+            })?,
+        };
+        let helper = match tf.helper {
+            Some(h) => h,
+            None => std::env::current_exe().map_err(|e| {
+                err(format!(
+                    "terminal.helper: cannot find this executable ({e}); set the path to toolpilot"
+                ))
+            })?,
+        };
+        let terminal = TerminalConfig {
+            shell: tf.shell.unwrap_or_else(|| "sh".into()),
+            timeout: secs("terminal.timeout_secs", tf.timeout_secs, 120.0)?,
+            idle_timeout: secs("terminal.idle_timeout_secs", tf.idle_timeout_secs, 90.0)?,
+            head_bytes: positive("terminal.head_bytes", tf.head_bytes, 8_000)?,
+            tail_bytes: positive("terminal.tail_bytes", tf.tail_bytes, 16_000)?,
+            sandbox: tf.sandbox.unwrap_or(true),
+            network: tf.network.unwrap_or(false),
+            writable: tf.writable.unwrap_or_default(),
+            scrub_env: tf.scrub_env.unwrap_or_else(|| {
+                [
+                    "*_API_KEY",
+                    "*_APIKEY",
+                    "*_TOKEN",
+                    "*_SECRET",
+                    "*_SECRET_*",
+                    "*PASSWORD*",
+                    "*_PASSWD",
+                    "*_CREDENTIALS",
+                    "AWS_ACCESS_KEY_ID",
+                    "GOOGLE_APPLICATION_CREDENTIALS",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+            }),
+            max_jobs: positive("terminal.max_jobs", tf.max_jobs, 4)?,
+            job_timeout: secs("terminal.job_timeout_secs", tf.job_timeout_secs, 3600.0)?,
+            helper,
+            checkpoint: tf.checkpoint.unwrap_or(true),
+        };
         let policy = PolicyConfig {
             tools: levels,
             allow: p.allow.unwrap_or_default(),
@@ -481,6 +597,9 @@ impl Config {
                     .map(|s| s.to_string())
                     .collect()
             }),
+            commands: p.commands.unwrap_or_default(),
+            command_defaults: tf.default_rules.unwrap_or(true),
+            unsandboxed,
         };
         // Rules are parsed here so that a bad rule stops start-up with its key named.
         crate::policy::Policy::new(&policy).map_err(err)?;
@@ -500,6 +619,7 @@ impl Config {
             agent,
             tools,
             policy,
+            terminal,
             sensitive_files,
         })
     }

@@ -20,6 +20,7 @@ pub mod mock;
 pub mod openai;
 pub mod policy;
 pub mod server;
+pub mod terminal;
 pub mod tools;
 pub mod upstream;
 pub mod workspace;

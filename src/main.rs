@@ -26,6 +26,20 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum PolicyAction {
+    /// Check one command line: `toolpilot policy check "cargo test && git push"`
+    Check {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// The command line
+        command: String,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Serve the OpenAI chat-completions API over the workspace
     Serve {
@@ -65,6 +79,11 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Say what the policy decides for a command line, and why
+    Policy {
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
     /// Serve a scripted OpenAI-compatible model (for tests, demos and benchmarks)
     MockUpstream {
         /// The JSON script of rounds
@@ -90,6 +109,11 @@ fn init_logging(default: &str) {
 }
 
 fn main() -> ExitCode {
+    // The command supervisor: toolpilot re-executes itself as `toolpilot __sandbox … -- CMD`.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("__sandbox") {
+        return toolpilot::terminal::sandbox::supervise(&args[2..]);
+    }
     let cli = Cli::parse();
     toolpilot::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -114,6 +138,14 @@ fn main() -> ExitCode {
             }
             Command::Tools { common } => tools(common),
             Command::Runs { common, json } => runs(common, json),
+            Command::Policy {
+                action:
+                    PolicyAction::Check {
+                        common,
+                        command,
+                        json,
+                    },
+            } => policy_check(common, &command, json),
             Command::Undo {
                 common,
                 run_id,
@@ -176,13 +208,16 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
     if config.agent.approve_asks {
         tracing::warn!("--yes: tool calls whose policy is `ask` run without approval");
     }
+    let engine_terminal = Arc::clone(&engine.terminal);
     let state = AppState {
         engine,
         server: Arc::new(config.server.clone()),
     };
-    server::serve(listener, state, shutdown_signal())
-        .await
-        .map_err(|e| format!("server error: {e}"))
+    tracing::info!("commands: {}", engine_terminal.describe());
+    let result = server::serve(listener, state, shutdown_signal()).await;
+    // Background jobs die with the server.
+    engine_terminal.jobs.shutdown().await;
+    result.map_err(|e| format!("server error: {e}"))
 }
 
 async fn shutdown_signal() {
@@ -307,6 +342,39 @@ fn checkpoints(
         })?;
     let store = toolpilot::checkpoint::Store::new(&config.state_dir, ws.root());
     Ok((config, ws, store))
+}
+
+fn policy_check(common: CommonArgs, command: &str, json: bool) -> Result<(), String> {
+    let config = load(&common)?;
+    let policy = toolpilot::policy::Policy::new(&config.policy)?;
+    let sandbox = if config.terminal.sandbox {
+        toolpilot::terminal::sandbox::detect()
+    } else {
+        toolpilot::terminal::sandbox::SandboxStatus {
+            available: false,
+            landlock_abi: None,
+            network_restrictable: false,
+            detail: "turned off".into(),
+        }
+    };
+    let (decision, a) = policy.decide_command("run_terminal_command", command, sandbox.available);
+    let approved =
+        matches!(decision, toolpilot::policy::Decision::Ask { .. }) && config.agent.approve_asks;
+    if json {
+        let v = json!({"command": command, "decision": decision.label(), "reason": decision.reason(),
+            "approved_by_yes": approved, "sandbox": sandbox, "parts": a.parts});
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    println!("{}: {}", decision.label(), decision.reason());
+    for p in &a.parts {
+        println!("  {:<5} {}  ({})", p.verdict.label(), p.command, p.reason);
+    }
+    println!("sandbox: {}", sandbox.detail);
+    if approved {
+        println!("--yes is set: this command would run without asking");
+    }
+    Ok(())
 }
 
 fn runs(common: CommonArgs, json: bool) -> Result<(), String> {

@@ -22,12 +22,14 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
 use crate::checkpoint::Store;
+use crate::checkpoint::tree::Shadow;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::openai::{
     ChatRequest, ToolCall, Usage, assistant_message, tool_message, tool_spec_name,
 };
 use crate::policy::Policy;
+use crate::terminal::Terminal;
 use crate::tools::edit::ApplyModel;
 use crate::tools::registry::{Outcome, Status};
 use crate::tools::{Registry, ToolEnv, spec_json};
@@ -91,6 +93,10 @@ pub struct Engine {
     pub workspace: Arc<Workspace>,
     /// Where each run's changes are recorded, for undo.
     pub checkpoints: Store,
+    /// Commands: sandbox, jobs, environment.
+    pub terminal: Arc<Terminal>,
+    /// Whole-tree snapshots of the workspace around commands.
+    pub shadow: Shadow,
     tools_config: Arc<crate::config::ToolsConfig>,
 }
 
@@ -106,7 +112,27 @@ impl Engine {
         let policy = Policy::new(&config.policy)?;
         let upstream = Upstream::from_config(config.upstream.as_ref())?;
         let checkpoints = Store::new(&config.state_dir, workspace.root());
+        let mut secrets = vec![
+            "OPENAI_API_KEY".to_string(),
+            "TOOLPILOT_UPSTREAM_API_KEY".to_string(),
+            config.server.bearer_token_env.clone(),
+        ];
+        if let Some(src) = config
+            .upstream
+            .as_ref()
+            .and_then(|u| u.api_key_source.clone())
+        {
+            secrets.push(src);
+        }
+        let terminal = Arc::new(Terminal::new(
+            config.terminal.clone(),
+            secrets,
+            checkpoints.dir().to_path_buf(),
+        ));
+        let shadow = Shadow::new(checkpoints.dir(), workspace.root());
         Ok(Engine {
+            terminal,
+            shadow,
             checkpoints,
             tools_config: Arc::new(config.tools.clone()),
             registry: Registry::new(policy),
@@ -362,6 +388,9 @@ impl Run<'_> {
                 .run(&self.opts.run_id, &last_user_text(&req.messages)),
             seen: Arc::default(),
             apply,
+            terminal: Arc::clone(&engine.terminal),
+            shadow: engine.shadow.clone(),
+            run_id: self.opts.run_id.clone(),
         };
         let max_rounds = engine.config.agent.max_rounds;
         let mut messages = req.messages.clone();

@@ -21,6 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::workspace::{Workspace, WorkspacePath};
 
+pub mod tree;
+
 /// The checkpoints of one workspace.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -280,11 +282,27 @@ impl Store {
         let blobs = self.run_dir(run_id).join("blobs");
         for (p, entry) in paths.iter().zip(m.files.values()) {
             match &entry.before {
+                Some(blob) if blob.mode & 0o170000 == 0o120000 => {
+                    // A symbolic link (recorded from a tree snapshot): its content is the target.
+                    let target = std::fs::read(blobs.join(&blob.sha1)).map_err(|e| {
+                        failed(format!("the saved copy of {} is missing: {e}", p.display()))
+                    })?;
+                    if ws.version(p).is_some() || ws.is_symlink(p) {
+                        ws.remove_file(p).map_err(|e| failed(e.to_string()))?;
+                    }
+                    ws.symlink(p, &String::from_utf8_lossy(&target))
+                        .map_err(|e| failed(format!("{}: {e}", p.display())))?;
+                    report.restored.push(p.display());
+                }
                 Some(blob) => {
                     let bytes = std::fs::read(blobs.join(&blob.sha1)).map_err(|e| {
                         failed(format!("the saved copy of {} is missing: {e}", p.display()))
                     })?;
-                    let perms = permissions(blob.mode);
+                    let perms = permissions(if blob.mode > 0o7777 {
+                        blob.mode & 0o777
+                    } else {
+                        blob.mode
+                    });
                     if ws.version(p).is_some() {
                         ws.replace_file(p, &bytes, Some(&perms))
                             .map_err(|e| failed(e.to_string()))?;
@@ -378,6 +396,48 @@ impl RunCheckpoint {
             },
         );
         self.save(&m)
+    }
+
+    /// Records a change found by comparing tree snapshots: the prior content and git mode
+    /// (kept only if the run had not touched the file yet) and the blob id it left.
+    pub fn tree_change(
+        &self,
+        path: &str,
+        before: Option<(&[u8], u32)>,
+        after: Option<&str>,
+    ) -> io::Result<()> {
+        let mut m = self.lock();
+        if !m.files.contains_key(path) {
+            let blob = match before {
+                Some((bytes, mode)) => {
+                    let id = sha1(bytes);
+                    let blobs = self.dir.join("blobs");
+                    std::fs::create_dir_all(&blobs)?;
+                    let file = blobs.join(&id);
+                    if !file.exists() {
+                        write_atomic(&file, bytes)?;
+                    }
+                    Some(Blob { sha1: id, mode })
+                }
+                None => None,
+            };
+            m.files.insert(
+                path.to_string(),
+                FileEntry {
+                    before: blob,
+                    after: None,
+                },
+            );
+        }
+        if let Some(e) = m.files.get_mut(path) {
+            e.after = after.map(str::to_string);
+        }
+        self.save(&m)
+    }
+
+    /// Whether the run has changed anything yet.
+    pub fn is_empty(&self) -> bool {
+        self.lock().files.is_empty()
     }
 
     /// Records what the run left in a file (`None`: deleted).

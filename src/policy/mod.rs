@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use globset::{GlobBuilder, GlobMatcher};
 
 use crate::config::PolicyConfig;
+use crate::terminal::rules::{Assessment, CommandPolicy, UserRule, Verdict};
 use crate::tools::Target;
 use crate::workspace::Workspace;
 
@@ -26,6 +27,13 @@ pub enum Level {
     Ask,
     /// `disabled`: never offered to the model, calls refused.
     Disabled,
+}
+
+impl Default for Level {
+    /// Unknown means ask.
+    fn default() -> Self {
+        Level::Ask
+    }
 }
 
 impl Level {
@@ -98,6 +106,9 @@ pub const REFERENCE_TOOLS: &[(&str, Level)] = &[
     ("read_skill", Level::Ask),
     ("view_repo_map", Level::Ask),
     ("view_subdirectory", Level::Ask),
+    // toolpilot's own additions, for background jobs of run_terminal_command.
+    ("check_background_job", Level::Allow),
+    ("stop_background_job", Level::Allow),
 ];
 
 pub fn known_tool_names() -> Vec<&'static str> {
@@ -164,6 +175,10 @@ pub const DEFAULT_PROTECTED: &[&str] = &[
 /// The compiled policy.
 #[derive(Debug, Clone)]
 pub struct Policy {
+    /// The command rules of `run_terminal_command`.
+    commands: CommandPolicy,
+    /// What an otherwise allowed command becomes when no sandbox is available.
+    unsandboxed: Level,
     levels: BTreeMap<String, Level>,
     /// `(pattern, matcher, matches the file name alone)`.
     protected: Vec<(String, GlobMatcher, bool)>,
@@ -175,9 +190,64 @@ pub struct Policy {
 impl Policy {
     /// Compiles the configured policy. Errors name the list and index of a bad rule.
     pub fn new(cfg: &PolicyConfig) -> Result<Policy, String> {
+        // `run_terminal_command(pattern)` rules are command rules (see `terminal::rules`).
+        let mut command_rules = Vec::new();
+        for (list, key, verdict) in [
+            (&cfg.deny, "deny", Verdict::Deny),
+            (&cfg.ask, "ask", Verdict::Ask),
+            (&cfg.allow, "allow", Verdict::Allow),
+        ] {
+            for (i, text) in list.iter().enumerate() {
+                let t = text.trim();
+                if let Some(inner) = t
+                    .strip_prefix("run_terminal_command(")
+                    .and_then(|r| r.strip_suffix(')'))
+                {
+                    let source = format!("policy.{key}[{i}] `{t}`");
+                    command_rules.push(
+                        UserRule::new(verdict, inner.trim(), &source)
+                            .map_err(|e| format!("policy.{key}[{i}] {text:?}: {e}"))?,
+                    );
+                }
+            }
+        }
+        for (i, r) in cfg.commands.iter().enumerate() {
+            let verdict = match r.decision.as_str() {
+                "allow" => Verdict::Allow,
+                "ask" => Verdict::Ask,
+                "deny" => Verdict::Deny,
+                other => {
+                    return Err(format!(
+                        "policy.commands[{i}].decision: {other:?} is not allow, ask or deny"
+                    ));
+                }
+            };
+            let source = format!("policy.commands[{i}] `{}`", r.pattern);
+            let rule = UserRule::new(verdict, &r.pattern, &source)
+                .map_err(|e| format!("policy.commands[{i}]: {e}"))?;
+            for ex in &r.examples {
+                if !rule.matches_line(ex) {
+                    return Err(format!(
+                        "policy.commands[{i}]: the pattern {:?} does not match its own example {ex:?}",
+                        r.pattern
+                    ));
+                }
+            }
+            for ex in &r.not_examples {
+                if rule.matches_line(ex) {
+                    return Err(format!(
+                        "policy.commands[{i}]: the pattern {:?} matches its counter-example {ex:?}",
+                        r.pattern
+                    ));
+                }
+            }
+            command_rules.push(rule);
+        }
+        let commands = CommandPolicy::new(command_rules, cfg.command_defaults)?;
         let compile = |list: &[String], key: &str| -> Result<Vec<Rule>, String> {
             list.iter()
                 .enumerate()
+                .filter(|(_, text)| !text.trim().starts_with("run_terminal_command("))
                 .map(|(i, text)| {
                     parse_rule(text)
                         .map(|(tool, spec)| Rule {
@@ -198,6 +268,8 @@ impl Policy {
             protected.push((p.clone(), glob.compile_matcher(), !p.contains('/')));
         }
         Ok(Policy {
+            commands,
+            unsandboxed: cfg.unsandboxed,
             protected,
             levels: cfg.tools.clone(),
             deny: compile(&cfg.deny, "deny")?,
@@ -221,6 +293,80 @@ impl Policy {
         } else {
             "default"
         }
+    }
+
+    /// Decides on a command line: bare `run_terminal_command` rules set the base, command
+    /// rules judge each part, and an allowed command becomes `policy.unsandboxed` when no
+    /// sandbox is available. Also returns the per-part assessment.
+    pub fn decide_command(
+        &self,
+        tool: &str,
+        line: &str,
+        sandboxed: bool,
+    ) -> (Decision, Assessment) {
+        let level = self.level(tool);
+        let bare = |rules: &[Rule]| {
+            rules
+                .iter()
+                .find(|r| r.tool == tool && r.spec.is_none())
+                .map(|r| r.source.clone())
+        };
+        let (base, base_source) = if level == Level::Disabled {
+            (Verdict::Deny, format!("{tool} is disabled by the policy"))
+        } else if let Some(src) = bare(&self.deny) {
+            (Verdict::Deny, format!("denied by {src}"))
+        } else if let Some(src) = bare(&self.ask) {
+            (Verdict::Ask, format!("{src} requires approval"))
+        } else if let Some(src) = bare(&self.allow) {
+            (Verdict::Allow, format!("allowed by {src}"))
+        } else if level == Level::Allow {
+            (
+                Verdict::Allow,
+                format!("policy.tools.{tool} = allowedWithoutPermission"),
+            )
+        } else {
+            (Verdict::Ask, String::new())
+        };
+        let mut a = if base == Verdict::Deny {
+            Assessment {
+                verdict: Verdict::Deny,
+                reason: base_source.clone(),
+                parts: Vec::new(),
+            }
+        } else {
+            self.commands.assess(line, base)
+        };
+        if a.verdict == Verdict::Allow && !sandboxed {
+            match self.unsandboxed {
+                Level::Allow => {}
+                Level::Ask => {
+                    a.verdict = Verdict::Ask;
+                    a.reason = format!(
+                        "{}; but commands cannot be sandboxed on this machine, so every command \
+                         needs approval (policy.unsandboxed)",
+                        a.reason
+                    );
+                }
+                Level::Disabled => {
+                    a.verdict = Verdict::Deny;
+                    a.reason = "commands cannot be sandboxed on this machine and \
+                                policy.unsandboxed = \"deny\""
+                        .into();
+                }
+            }
+        }
+        let decision = match a.verdict {
+            Verdict::Allow => Decision::Allow {
+                reason: a.reason.clone(),
+            },
+            Verdict::Ask => Decision::Ask {
+                reason: a.reason.clone(),
+            },
+            Verdict::Deny => Decision::Deny {
+                reason: a.reason.clone(),
+            },
+        };
+        (decision, a)
     }
 
     /// The first written target that is a protected path, with the pattern it matches.
@@ -273,6 +419,9 @@ impl Policy {
                     }
                 ),
             };
+        }
+        if let Some(Target::Command { line, sandboxed }) = targets.first() {
+            return self.decide_command(tool, line, *sandboxed).0;
         }
         for t in targets {
             if let Target::Path { path, access } = t {
@@ -339,6 +488,7 @@ impl Rule {
                     || (*basename && rel.file_name().is_some_and(|n| matcher.is_match(n)))
             }
             Target::Pattern(p) => matcher.is_match(p),
+            Target::Command { line, .. } => matcher.is_match(line),
         }
     }
 
@@ -416,6 +566,7 @@ mod tests {
             ask: v(ask),
             deny: v(deny),
             protected: DEFAULT_PROTECTED.iter().map(|s| s.to_string()).collect(),
+            ..PolicyConfig::default()
         })
         .unwrap()
     }

@@ -55,6 +55,8 @@ pub fn router(state: AppState) -> Router {
         .route("/models", get(routes::models))
         .route("/healthz", get(routes::healthz))
         .route("/v1/runs/{id}/undo", post(routes::undo))
+        .route("/v1/jobs", get(routes::jobs))
+        .route("/v1/policy/check", post(routes::policy_check))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

@@ -280,7 +280,11 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
         "upstream": engine.upstream.describe(),
         "demo_model": engine.upstream.is_demo(),
         "server_tools": tools,
-        "sandbox": sandbox_status(),
+        "sandbox": {
+            "landlock": engine.terminal.sandbox,
+            "commands": engine.terminal.describe(),
+            "unsandboxed_commands": engine.config.policy.unsandboxed.as_continue(),
+        },
     });
     (
         [(header::CONTENT_TYPE, "application/json")],
@@ -289,20 +293,57 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// What the kernel offers for sandboxing commands (Landlock is listed among active LSMs).
-fn sandbox_status() -> serde_json::Value {
-    match std::fs::read_to_string("/sys/kernel/security/lsm") {
-        Ok(lsms) => json!({
-            "landlock_enabled": lsms.split(',').any(|l| l.trim() == "landlock"),
-            "lsms": lsms.trim(),
-            "commands": "run_terminal_command is not executed server-side in this version; clients that declare it run it themselves",
-        }),
-        Err(e) => json!({
-            "landlock_enabled": null,
-            "detail": format!("cannot read /sys/kernel/security/lsm: {e}"),
-            "commands": "run_terminal_command is not executed server-side in this version; clients that declare it run it themselves",
-        }),
-    }
+/// `GET /v1/jobs`: background jobs of `run_terminal_command`.
+pub async fn jobs(State(state): State<AppState>) -> Response {
+    let list = state.engine.terminal.jobs.list();
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({"object": "list", "data": list}).to_string(),
+    )
+        .into_response()
+}
+
+/// `POST /v1/policy/check` with `{"command": "…"}`: what the policy would decide, and why.
+pub async fn policy_check(State(state): State<AppState>, body: Bytes) -> Response {
+    let v: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!("the request body is not valid JSON: {e}"),
+            )
+            .into_response();
+        }
+    };
+    let Some(command) = v.get("command").and_then(serde_json::Value::as_str) else {
+        return ApiError::invalid(
+            "command",
+            "`command` is required: the command line to check",
+        )
+        .into_response();
+    };
+    let engine = &state.engine;
+    let (decision, a) = engine.registry.policy().decide_command(
+        "run_terminal_command",
+        command,
+        engine.terminal.sandboxed(),
+    );
+    let approved =
+        matches!(decision, crate::policy::Decision::Ask { .. }) && engine.config.agent.approve_asks;
+    let body = json!({
+        "command": command,
+        "decision": decision.label(),
+        "reason": decision.reason(),
+        "approved_by_yes": approved,
+        "sandboxed": engine.terminal.sandboxed(),
+        "parts": a.parts,
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// `POST /v1/runs/{id}/undo` with an optional body `{"force": true}`.

@@ -14,6 +14,7 @@ pub mod ls;
 pub mod read;
 pub mod registry;
 pub mod subdir;
+pub mod terminal;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,6 +35,8 @@ pub enum Target {
     Path { path: WorkspacePath, access: Access },
     /// A search pattern (grep query, glob).
     Pattern(String),
+    /// A command line for `run_terminal_command`, and whether it would run sandboxed.
+    Command { line: String, sandboxed: bool },
 }
 
 /// What a tool does with a path.
@@ -97,6 +100,12 @@ pub struct ToolEnv {
     /// The upstream model, for `edit_existing_file` changes that cannot be placed
     /// deterministically (`tools.llm_apply`).
     pub apply: Option<Arc<dyn edit::ApplyModel>>,
+    /// Commands: configuration, sandbox, background jobs.
+    pub terminal: Arc<crate::terminal::Terminal>,
+    /// Whole-tree snapshots around commands (for the checkpoint).
+    pub shadow: crate::checkpoint::tree::Shadow,
+    /// The run's id (background jobs carry it).
+    pub run_id: String,
 }
 
 impl ToolEnv {
@@ -218,6 +227,9 @@ pub fn builtin_tools() -> Vec<Box<dyn Tool>> {
         Box::new(edit::SingleFindAndReplace),
         Box::new(edit::MultiEdit),
         Box::new(edit::SearchAndReplaceInFile),
+        Box::new(terminal::RunTerminalCommand),
+        Box::new(terminal::CheckBackgroundJob),
+        Box::new(terminal::StopBackgroundJob),
     ]
 }
 

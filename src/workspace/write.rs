@@ -240,6 +240,22 @@ impl Workspace {
             .map_err(|e| self.io_error(&raw, e))
     }
 
+    /// Whether the path itself is a symbolic link.
+    pub fn is_symlink(&self, p: &WorkspacePath) -> bool {
+        self.dir
+            .symlink_metadata(p.rel())
+            .is_ok_and(|m| m.file_type().is_symlink())
+    }
+
+    /// Creates a symbolic link at `p` pointing to `target` (as stored in a checkpoint).
+    pub fn symlink(&self, p: &WorkspacePath, target: &str) -> Result<(), PathError> {
+        let raw = p.display();
+        let (parent, name) = split(p).map_err(|e| self.io_error(&raw, e))?;
+        let dir = self.parent_dir(parent, &raw)?;
+        dir.symlink(target, name)
+            .map_err(|e| self.io_error(&raw, e))
+    }
+
     /// Removes a folder if it is empty; true if it was removed.
     pub fn remove_dir_if_empty(&self, p: &WorkspacePath) -> bool {
         !p.is_root() && self.dir.remove_dir(p.rel()).is_ok()

@@ -142,7 +142,7 @@ async fn tools_lists_every_tool_with_its_effective_policy() {
                 .contains(&l.split_whitespace().next().unwrap_or(""))
         })
         .count();
-    assert_eq!(tool_lines, 21);
+    assert_eq!(tool_lines, 23);
 }
 
 async fn spawn_mock(script: serde_json::Value) -> (Child, String, tempfile::TempDir) {

@@ -6,4 +6,5 @@ mod edits;
 mod errors;
 mod policy;
 mod python_sdk;
+mod terminal;
 mod tools;

@@ -117,8 +117,9 @@ impl Builder {
             Some(MockUpstream::start(script, l).unwrap())
         };
         // Fast retries and timeouts keep fault tests quick; tests may override them.
-        let mut toml = String::from(
-            "[upstream]\nretry_base_ms = 10\nretry_max_wait_secs = 2\nmax_retries = 2\n[tools]\nllm_apply = false\n\n",
+        let mut toml = format!(
+            "[upstream]\nretry_base_ms = 10\nretry_max_wait_secs = 2\nmax_retries = 2\n[tools]\nllm_apply = false\n[terminal]\nhelper = {:?}\n\n",
+            env!("CARGO_BIN_EXE_toolpilot")
         );
         toml.push_str(&self.config);
         let cfg_path = dir.path().join("toolpilot.toml");

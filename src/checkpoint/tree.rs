@@ -1,0 +1,176 @@
+//! Whole-tree snapshots for commands: a shadow git repository in the state directory.
+//!
+//! A command can change any file, so before and after it the workspace is recorded as a git
+//! tree in a repository of toolpilot's own (`<state>/workspaces/<id>/shadow.git`, with its own
+//! index): `git add -A` re-hashes only files whose stat data changed, so repeated snapshots of
+//! a large tree are cheap, and the workspace's `.gitignore` files are honoured (ignored files
+//! are not snapshotted). The workspace's own `.git` is never read or written. git runs with an
+//! empty environment and no system or global configuration, so no filter, hook or fsmonitor
+//! can run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One path that differs between two snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub path: String,
+    /// `(mode, blob id)` before; `None` if the file did not exist.
+    pub before: Option<(u32, String)>,
+    /// `(mode, blob id)` after; `None` if the file was deleted.
+    pub after: Option<(u32, String)>,
+}
+
+/// The shadow repository of one workspace.
+#[derive(Debug, Clone)]
+pub struct Shadow {
+    git_dir: PathBuf,
+    work_tree: PathBuf,
+}
+
+impl Shadow {
+    pub fn new(store_dir: &Path, work_tree: &Path) -> Shadow {
+        Shadow {
+            git_dir: store_dir.join("shadow.git"),
+            work_tree: work_tree.to_path_buf(),
+        }
+    }
+
+    fn git(&self) -> Command {
+        let mut c = Command::new("git");
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_DIR", &self.git_dir)
+            .env("GIT_WORK_TREE", &self.work_tree)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_AUTHOR_NAME", "toolpilot")
+            .env("GIT_AUTHOR_EMAIL", "toolpilot@localhost")
+            .env("GIT_COMMITTER_NAME", "toolpilot")
+            .env("GIT_COMMITTER_EMAIL", "toolpilot@localhost")
+            .current_dir(&self.work_tree)
+            .args([
+                "-c",
+                "core.fsmonitor=false",
+                "-c",
+                "core.autocrlf=false",
+                "-c",
+                "core.hooksPath=/dev/null",
+                "-c",
+                "core.quotepath=false",
+            ]);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Result<Vec<u8>, String> {
+        let out = self
+            .git()
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run git: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "git {} failed: {}",
+                args.first().unwrap_or(&""),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(out.stdout)
+    }
+
+    fn ensure(&self) -> Result<(), String> {
+        if self.git_dir.join("HEAD").exists() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.git_dir)
+            .map_err(|e| format!("cannot create {}: {e}", self.git_dir.display()))?;
+        self.run(&["init", "--quiet"])?;
+        // Keep the shadow repository small and inert.
+        for (k, v) in [
+            ("gc.auto", "0"),
+            ("core.fileMode", "true"),
+            ("core.symlinks", "true"),
+        ] {
+            self.run(&["config", k, v])?;
+        }
+        Ok(())
+    }
+
+    /// Records the current workspace (minus ignored files) as a tree; returns its id.
+    pub fn snapshot(&self) -> Result<String, String> {
+        self.ensure()?;
+        self.run(&["add", "--all"])?;
+        let tree = self.run(&["write-tree"])?;
+        Ok(String::from_utf8_lossy(&tree).trim().to_string())
+    }
+
+    /// The files that differ between two snapshots.
+    pub fn changes(&self, a: &str, b: &str) -> Result<Vec<Change>, String> {
+        if a == b {
+            return Ok(Vec::new());
+        }
+        let out = self.run(&["diff-tree", "-r", "-z", "--no-renames", "--raw", a, b])?;
+        // Records: ":<mode a> <mode b> <sha a> <sha b> <status>\0<path>\0"
+        let mut changes = Vec::new();
+        let mut it = out.split(|&c| c == 0).filter(|s| !s.is_empty());
+        while let (Some(meta), Some(path)) = (it.next(), it.next()) {
+            let meta = String::from_utf8_lossy(meta);
+            let f: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
+            if f.len() < 5 {
+                continue;
+            }
+            let mode = |m: &str| u32::from_str_radix(m, 8).unwrap_or(0);
+            let side = |m: &str, sha: &str| (mode(m) != 0).then(|| (mode(m), sha.to_string()));
+            changes.push(Change {
+                path: String::from_utf8_lossy(path).into_owned(),
+                before: side(f[0], f[2]),
+                after: side(f[1], f[3]),
+            });
+        }
+        Ok(changes)
+    }
+
+    /// The content of a blob.
+    pub fn blob(&self, id: &str) -> Result<Vec<u8>, String> {
+        self.run(&["cat-file", "blob", id])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_see_creations_edits_and_deletions_but_not_ignored_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::write(ws.join("src/a.rs"), "a\n").unwrap();
+        std::fs::write(ws.join("gone.txt"), "bye\n").unwrap();
+        std::fs::write(ws.join(".gitignore"), "target/\n").unwrap();
+        let shadow = Shadow::new(&tmp.path().join("state"), &ws);
+        let before = shadow.snapshot().unwrap();
+        std::fs::write(ws.join("src/a.rs"), "A\n").unwrap();
+        std::fs::remove_file(ws.join("gone.txt")).unwrap();
+        std::fs::write(ws.join("new.txt"), "hi\n").unwrap();
+        std::fs::create_dir_all(ws.join("target")).unwrap();
+        std::fs::write(ws.join("target/big.o"), "ignored").unwrap();
+        let after = shadow.snapshot().unwrap();
+        let mut ch = shadow.changes(&before, &after).unwrap();
+        ch.sort_by(|a, b| a.path.cmp(&b.path));
+        let paths: Vec<&str> = ch.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, ["gone.txt", "new.txt", "src/a.rs"]);
+        assert!(ch[0].after.is_none() && ch[1].before.is_none());
+        assert_eq!(
+            shadow.blob(&ch[0].before.as_ref().unwrap().1).unwrap(),
+            b"bye\n"
+        );
+        assert_eq!(
+            ch[2].after.as_ref().unwrap().1,
+            crate::checkpoint::sha1(b"A\n")
+        );
+        // The workspace has no .git of its own after all this.
+        assert!(!ws.join(".git").exists());
+    }
+}

@@ -1,0 +1,322 @@
+//! Running one command under the supervisor, bounded in time and output.
+//!
+//! stdout and stderr are read as they come and kept in arrival order, capped with the head and
+//! the tail kept. A wall-clock timeout, an idle-output timeout and cancellation all end the
+//! command the same way: SIGTERM to the supervisor, which terminates and reaps the whole tree
+//! within a fraction of a second (SIGKILL follows if it does not). Dropping a running
+//! [`Running`] does the same, so a client that goes away never leaves a process behind.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal};
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+use super::sandbox::Spec;
+
+/// How to run a command.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The toolpilot executable that provides `__sandbox`.
+    pub helper: PathBuf,
+    pub spec: Spec,
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub idle_timeout: Duration,
+    pub head_bytes: usize,
+    pub tail_bytes: usize,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Exited(i32),
+    TimedOut,
+    Idle,
+    Cancelled,
+    Stopped,
+}
+
+/// Output kept within bounds: the first `head` bytes and the last `tail` bytes.
+#[derive(Debug)]
+pub struct Capture {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    head_cap: usize,
+    tail_cap: usize,
+    pub total: u64,
+    pub last_output: Instant,
+}
+
+impl Capture {
+    pub fn new(head_cap: usize, tail_cap: usize) -> Capture {
+        Capture {
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            head_cap,
+            tail_cap,
+            total: 0,
+            last_output: Instant::now(),
+        }
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        self.last_output = Instant::now();
+        let room = self.head_cap.saturating_sub(self.head.len());
+        let (h, rest) = bytes.split_at(room.min(bytes.len()));
+        self.head.extend_from_slice(h);
+        for &b in rest {
+            if self.tail.len() == self.tail_cap {
+                self.tail.pop_front();
+            }
+            self.tail.push_back(b);
+        }
+    }
+
+    /// The kept output as text: ANSI escapes removed, what was cut said in the middle.
+    pub fn render(&self) -> String {
+        let kept = self.head.len() as u64 + self.tail.len() as u64;
+        let head = clean(&self.head);
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        if kept >= self.total {
+            return head + &clean(&tail);
+        }
+        let omitted = self.total - kept;
+        format!(
+            "{}\n[... {} bytes of output omitted: showing the first {} and the last {} bytes. \
+             Narrow the output (grep, head, tail, a quieter flag) to see the middle ...]\n{}",
+            head.trim_end_matches('\n'),
+            crate::tools::read::group(omitted),
+            crate::tools::read::group(self.head.len() as u64),
+            crate::tools::read::group(self.tail.len() as u64),
+            clean(&tail).trim_start_matches('\n'),
+        )
+    }
+}
+
+/// Removes carriage-return redraws and ANSI escapes, decodes lossily.
+fn clean(bytes: &[u8]) -> String {
+    // Progress bars redraw a line with \r: keep what each line ended as.
+    let lines: Vec<&[u8]> = bytes
+        .split(|&b| b == b'\n')
+        .map(|l| {
+            l.rsplit(|&b| b == b'\r')
+                .find(|s| !s.is_empty())
+                .unwrap_or(&[])
+        })
+        .collect();
+    let joined = lines.join(&b'\n');
+    String::from_utf8_lossy(&strip_ansi_escapes::strip(&joined)).into_owned()
+}
+
+/// A started command.
+pub struct Running {
+    child: Child,
+    pid: u32,
+    pub capture: Arc<Mutex<Capture>>,
+    pub started: Instant,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+    done: bool,
+}
+
+fn terminate(pid: u32) {
+    if let Some(p) = Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, Signal::TERM);
+    }
+}
+
+fn kill(pid: u32) {
+    if let Some(p) = Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, Signal::KILL);
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.done {
+            // The supervisor cleans up the whole tree on SIGTERM; if it were stuck, make sure.
+            terminate(self.pid);
+            let pid = self.pid;
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(2));
+                if std::fs::metadata(format!("/proc/{pid}")).is_ok() {
+                    let state =
+                        std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                    if !state.contains(") Z") {
+                        kill(pid);
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Starts a command; its output is collected in the background.
+pub fn start(req: &Request) -> std::io::Result<Running> {
+    let mut cmd = Command::new(&req.helper);
+    cmd.args(req.spec.to_args())
+        .current_dir(&req.cwd)
+        .env_clear()
+        .envs(req.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn()?;
+    let pid = child.id().unwrap_or(0);
+    let capture = Arc::new(Mutex::new(Capture::new(req.head_bytes, req.tail_bytes)));
+    let mut readers = Vec::new();
+    let out = child.stdout.take();
+    let err = child.stderr.take();
+    for pipe in [out.map(Pipe::Out), err.map(Pipe::Err)]
+        .into_iter()
+        .flatten()
+    {
+        let cap = Arc::clone(&capture);
+        readers.push(tokio::spawn(async move {
+            let mut buf = vec![0u8; 16 * 1024];
+            let mut pipe = pipe;
+            loop {
+                let n = match &mut pipe {
+                    Pipe::Out(p) => p.read(&mut buf).await,
+                    Pipe::Err(p) => p.read(&mut buf).await,
+                };
+                match n {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if let Ok(mut c) = cap.lock() {
+                            c.push(&buf[..n]);
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    Ok(Running {
+        child,
+        pid,
+        capture,
+        started: Instant::now(),
+        readers,
+        done: false,
+    })
+}
+
+enum Pipe {
+    Out(tokio::process::ChildStdout),
+    Err(tokio::process::ChildStderr),
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether the process has ended (without waiting).
+    pub fn try_finished(&mut self) -> Option<i32> {
+        match self.child.try_wait() {
+            Ok(Some(s)) => {
+                self.done = true;
+                Some(s.code().unwrap_or(128 + 15))
+            }
+            _ => None,
+        }
+    }
+
+    /// Waits for the end, enforcing the timeouts and cancellation.
+    pub async fn wait(
+        &mut self,
+        timeout: Duration,
+        idle: Duration,
+        cancel: &CancellationToken,
+    ) -> Ended {
+        let deadline = self.started + timeout;
+        loop {
+            let last = self
+                .capture
+                .lock()
+                .map(|c| c.last_output)
+                .unwrap_or_else(|_| Instant::now());
+            let idle_at = last.max(self.started) + idle;
+            let next = deadline.min(idle_at);
+            tokio::select! {
+                status = self.child.wait() => {
+                    self.done = true;
+                    // Let the readers drain what the tree wrote before it ended.
+                    for r in self.readers.drain(..) {
+                        let _ = tokio::time::timeout(Duration::from_secs(2), r).await;
+                    }
+                    let code = status.ok().and_then(|s| s.code()).unwrap_or(128 + 15);
+                    return Ended::Exited(code);
+                }
+                _ = tokio::time::sleep_until(next.into()) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        self.stop().await;
+                        return Ended::TimedOut;
+                    }
+                    let last = self.capture.lock().map(|c| c.last_output).unwrap_or(now);
+                    if now >= last.max(self.started) + idle {
+                        self.stop().await;
+                        return Ended::Idle;
+                    }
+                }
+                _ = cancel.cancelled() => {
+                    self.stop().await;
+                    return Ended::Cancelled;
+                }
+            }
+        }
+    }
+
+    /// Stops the command and its whole tree: SIGTERM to the supervisor, SIGKILL after 2 s.
+    pub async fn stop(&mut self) {
+        if self.done {
+            return;
+        }
+        terminate(self.pid);
+        if tokio::time::timeout(Duration::from_secs(2), self.child.wait())
+            .await
+            .is_err()
+        {
+            kill(self.pid);
+            let _ = self.child.wait().await;
+        }
+        self.done = true;
+        for r in self.readers.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_millis(500), r).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_keeps_head_and_tail() {
+        let mut c = Capture::new(10, 10);
+        c.push(b"0123456789abcdefghijklmnopqrstuvwxyz");
+        let r = c.render();
+        assert!(
+            r.starts_with("0123456789\n[... 16 bytes of output omitted"),
+            "{r}"
+        );
+        assert!(r.ends_with("\nqrstuvwxyz"), "{r}");
+        let mut c = Capture::new(10, 10);
+        c.push(b"short");
+        assert_eq!(c.render(), "short");
+    }
+
+    #[test]
+    fn ansi_and_redraws_are_cleaned() {
+        assert_eq!(clean(b"\x1b[31mred\x1b[0m ok\n"), "red ok\n");
+        assert_eq!(clean(b"10%\r50%\r100%\ndone"), "100%\ndone");
+    }
+}
