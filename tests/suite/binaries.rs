@@ -311,3 +311,141 @@ async fn run_reports_upstream_failures_with_a_non_zero_exit() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_never_reach_commands() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mock = toolpilot::mock::MockUpstream::start(
+        serde_json::from_value(json!({"rounds": [
+            {"tool_calls": [{"id": "env", "name": "run_terminal_command", "arguments": {"command": "env"}}]},
+            {"text": "done"}
+        ]}))
+        .unwrap(),
+        listener,
+    )
+    .unwrap();
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let mut server = toolpilot()
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--model",
+            "m",
+            "--upstream",
+            &mock.base_url(),
+            "--workspace",
+        ])
+        .arg(ws.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .env("TOOLPILOT_LOG", "info")
+        .env("TOOLPILOT_UPSTREAM_API_KEY", "sk-upstream-secret-1")
+        .env("OPENAI_API_KEY", "sk-openai-secret-2")
+        .env("MY_SERVICE_TOKEN", "service-token-3")
+        .env("DB_PASSWORD", "hunter2-4")
+        .env("PLAIN_SETTING", "visible-5")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
+    let base = url_in(&wait_for_line(&mut lines, "listening on").await);
+    let r = to_reply(
+        client()
+            .post(format!("{base}/chat/completions"))
+            .body(ask("show env").to_string())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let env = tool_result(&mock.requests()[1], "env");
+    assert!(env.contains("PLAIN_SETTING=visible-5"), "{env}");
+    assert!(
+        env.contains("CI=1") && env.contains("GIT_TERMINAL_PROMPT=0") && env.contains("PAGER=cat"),
+        "{env}"
+    );
+    for secret in [
+        "sk-upstream-secret-1",
+        "sk-openai-secret-2",
+        "service-token-3",
+        "hunter2-4",
+    ] {
+        assert!(
+            !env.contains(secret),
+            "{secret} leaked into the command environment:\n{env}"
+        );
+    }
+    // The upstream still got its key.
+    assert_eq!(
+        mock.requests()[0].headers["authorization"],
+        "Bearer sk-upstream-secret-1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_jobs_die_with_the_server() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mock = toolpilot::mock::MockUpstream::start(
+        serde_json::from_value(json!({"rounds": [
+            {"tool_calls": [{"id": "bg", "name": "run_terminal_command", "arguments": {"command": "sleep 4242", "waitForCompletion": false}}]},
+            {"text": "started"}
+        ]}))
+        .unwrap(),
+        listener,
+    )
+    .unwrap();
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let mut server = toolpilot()
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--model",
+            "m",
+            "--upstream",
+            &mock.base_url(),
+            "--workspace",
+        ])
+        .arg(ws.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .env("TOOLPILOT_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
+    let base = url_in(&wait_for_line(&mut lines, "listening on").await);
+    let r = to_reply(
+        client()
+            .post(format!("{base}/chat/completions"))
+            .body(ask("start").to_string())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let jobs = to_reply(client().get(format!("{base}/jobs")).send().await.unwrap()).await;
+    assert_eq!(jobs.body["data"][0]["state"], "running", "{}", jobs.text);
+    let pid = jobs.body["data"][0]["pid"].as_u64().unwrap();
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let _ = std::process::Command::new("kill")
+        .arg(server.id().unwrap().to_string())
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(10), server.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+    // The job's supervisor (and its sleep) are gone.
+    assert!(eventually(|| !std::path::Path::new(&format!("/proc/{pid}")).exists()).await);
+    let sleeping = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x004242\x00"));
+    assert!(!sleeping, "the job's process survived the server");
+}
