@@ -590,6 +590,9 @@ impl Run<'_> {
                 break;
             }
         }
+        if !ended {
+            stream.finish(Duration::from_millis(200)).await;
+        }
         Ok(acc.finish()?)
     }
 
@@ -732,6 +735,7 @@ impl ApplyModel for UpstreamApply {
                     .map_err(|e| e.to_string())?;
                 pieces.clear();
                 if acc.is_done() {
+                    stream.finish(Duration::from_millis(200)).await;
                     break;
                 }
             }

@@ -141,6 +141,21 @@ impl Upstream {
 }
 
 impl RoundStream {
+    /// After `[DONE]`: reads what is left of the response for a moment, so the connection
+    /// goes back to the pool (an unfinished body would close it). Servers that keep the stream
+    /// open are not waited on longer than `grace`.
+    pub async fn finish(&mut self, grace: std::time::Duration) {
+        if let RoundStream::Http(h) = self {
+            if h.ended {
+                return;
+            }
+            let _ = tokio::time::timeout(grace, async {
+                while let Ok(Some(_)) = h.response.chunk().await {}
+            })
+            .await;
+        }
+    }
+
     /// The next SSE event (`event` field, data), `None` at the end of the response.
     pub async fn next_data(&mut self) -> Result<Option<(Option<String>, String)>, UpstreamError> {
         match self {
