@@ -459,3 +459,26 @@ async fn policy_check_over_http_and_on_the_command_line() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_waiting_for_input_is_reported_not_left_hanging() {
+    let s = server_with(
+        vec![cmd(
+            "printf 'Overwrite everything? [y/N] '; read answer; test \"$answer\" = y",
+        )],
+        "",
+        true,
+    )
+    .await;
+    let t = Instant::now();
+    let r = results(&s, 1).await;
+    assert!(t.elapsed() < Duration::from_secs(30));
+    assert!(r[0].contains("Command failed with exit code 1"), "{}", r[0]);
+    assert!(
+        r[0].contains(
+            "The command seems to have asked for input (\"Overwrite everything? [y/N]\")"
+        ),
+        "{}",
+        r[0]
+    );
+}
