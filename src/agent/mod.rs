@@ -15,8 +15,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::future::join_all;
-use serde_json::{Map, Value};
+use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
@@ -97,6 +99,8 @@ pub struct Engine {
     pub terminal: Arc<Terminal>,
     /// Whole-tree snapshots of the workspace around commands.
     pub shadow: Shadow,
+    /// What is offered to the model when the client sends no `tools`.
+    default_offer: Offer,
     tools_config: Arc<crate::config::ToolsConfig>,
 }
 
@@ -130,12 +134,15 @@ impl Engine {
             checkpoints.dir().to_path_buf(),
         ));
         let shadow = Shadow::new(checkpoints.dir(), workspace.root());
+        let registry = Registry::new(policy);
+        let default_offer = Offer::default(&registry, &config);
         Ok(Engine {
+            default_offer,
             terminal,
             shadow,
             checkpoints,
             tools_config: Arc::new(config.tools.clone()),
-            registry: Registry::new(policy),
+            registry,
             workspace: Arc::new(workspace),
             upstream,
             config,
@@ -179,6 +186,23 @@ impl Engine {
             events: rx,
             run_id,
             _cancel: cancel.drop_guard(),
+        }
+    }
+
+    /// The environment tools of one run get (also used to call tools directly, e.g. from
+    /// benchmarks). `prompt` is recorded with the run's checkpoint.
+    pub fn tool_env(&self, run_id: &str, prompt: &str, cancel: CancellationToken) -> ToolEnv {
+        ToolEnv {
+            workspace: Arc::clone(&self.workspace),
+            config: Arc::clone(&self.tools_config),
+            current_file: None,
+            cancel,
+            checkpoint: self.checkpoints.run(run_id, prompt),
+            seen: Arc::default(),
+            apply: None,
+            terminal: Arc::clone(&self.terminal),
+            shadow: self.shadow.clone(),
+            run_id: run_id.to_string(),
         }
     }
 
@@ -236,69 +260,92 @@ impl RunError {
 }
 
 /// Which tool names the model is offered, and who executes them.
+#[derive(Clone)]
 struct Offer {
-    /// Specs sent upstream.
-    specs: Vec<Value>,
+    /// Specs sent upstream, serialised once per run (`None`: no tools).
+    specs: Option<Arc<RawValue>>,
     /// Executed here.
-    server: HashSet<String>,
+    server: Arc<HashSet<String>>,
     /// Passed back to the client.
-    client: HashSet<String>,
+    client: Arc<HashSet<String>>,
+    /// Both (what a tool call written as text may name).
+    names: Arc<HashSet<String>>,
 }
 
 impl Offer {
-    /// Every tool name the model may call (ours and the client's).
-    fn names(&self) -> Vec<String> {
-        self.server
-            .iter()
-            .chain(self.client.iter())
-            .cloned()
-            .collect()
+    fn finish(
+        server: HashSet<String>,
+        client: HashSet<String>,
+        specs: Option<Arc<RawValue>>,
+    ) -> Offer {
+        let names = server.iter().chain(client.iter()).cloned().collect();
+        Offer {
+            specs,
+            server: Arc::new(server),
+            client: Arc::new(client),
+            names: Arc::new(names),
+        }
     }
 
     fn new(engine: &Engine, req: &ChatRequest) -> Offer {
         let reg = &engine.registry;
-        let mut offer = Offer {
-            specs: Vec::new(),
-            server: HashSet::new(),
-            client: HashSet::new(),
+        let Some(tools) = &req.tools else {
+            // No tools in the request: toolpilot's own set, prepared once per engine.
+            return engine.default_offer.clone();
         };
-        match &req.tools {
-            Some(tools) => {
-                for spec in tools {
-                    let Some(name) = tool_spec_name(spec) else {
-                        offer.specs.push(spec.clone());
-                        continue;
-                    };
-                    // The IDE knows its open file; without one in the request, let it answer.
-                    let client_knows_better =
-                        name == "read_currently_open_file" && req.current_file.is_none();
-                    if reg.get(name).is_some() && !client_knows_better {
-                        if reg.is_enabled(name) {
-                            offer.server.insert(name.to_string());
-                            offer.specs.push(spec.clone());
-                        }
-                    } else {
-                        offer.client.insert(name.to_string());
-                        offer.specs.push(spec.clone());
-                    }
+        let mut specs: Vec<&Value> = Vec::new();
+        let (mut server, mut client) = (HashSet::new(), HashSet::new());
+        for spec in tools {
+            let Some(name) = tool_spec_name(spec) else {
+                specs.push(spec);
+                continue;
+            };
+            // The IDE knows its open file; without one in the request, let it answer.
+            let client_knows_better =
+                name == "read_currently_open_file" && req.current_file.is_none();
+            if reg.get(name).is_some() && !client_knows_better {
+                if reg.is_enabled(name) {
+                    server.insert(name.to_string());
+                    specs.push(spec);
                 }
-            }
-            None => {
-                let wanted = engine.config.agent.default_tools.as_ref();
-                for tool in reg.tools() {
-                    let name = tool.name();
-                    if wanted.is_some_and(|w| !w.iter().any(|n| n == name)) {
-                        continue;
-                    }
-                    if reg.is_enabled(name) {
-                        offer.server.insert(name.to_string());
-                        offer.specs.push(spec_json(tool));
-                    }
-                }
+            } else {
+                client.insert(name.to_string());
+                specs.push(spec);
             }
         }
-        offer
+        Offer::finish(server, client, raw_specs(&specs))
     }
+
+    /// toolpilot's own set: every enabled built-in, or `agent.default_tools`.
+    fn default(reg: &Registry, config: &Config) -> Offer {
+        let wanted = config.agent.default_tools.as_ref();
+        let mut server = HashSet::new();
+        let mut specs = Vec::new();
+        for tool in reg.tools() {
+            let name = tool.name();
+            if wanted.is_some_and(|w| !w.iter().any(|n| n == name)) {
+                continue;
+            }
+            if reg.is_enabled(name) {
+                server.insert(name.to_string());
+                specs.push(spec_json(tool));
+            }
+        }
+        Offer::finish(
+            server,
+            HashSet::new(),
+            raw_specs(&specs.iter().collect::<Vec<_>>()),
+        )
+    }
+}
+
+/// The `tools` array, serialised once.
+fn raw_specs(specs: &[&Value]) -> Option<Arc<RawValue>> {
+    if specs.is_empty() {
+        return None;
+    }
+    let text = serde_json::to_string(specs).ok()?;
+    RawValue::from_string(text).ok().map(Arc::from)
 }
 
 struct Run<'a> {
@@ -378,20 +425,13 @@ impl Run<'_> {
                     model: model.clone(),
                 }) as Arc<dyn ApplyModel>
             });
-        let env = ToolEnv {
-            workspace: Arc::clone(&engine.workspace),
-            config: Arc::clone(&engine.tools_config),
-            current_file: req.current_file.clone(),
-            cancel: self.cancel.clone(),
-            checkpoint: engine
-                .checkpoints
-                .run(&self.opts.run_id, &last_user_text(&req.messages)),
-            seen: Arc::default(),
-            apply,
-            terminal: Arc::clone(&engine.terminal),
-            shadow: engine.shadow.clone(),
-            run_id: self.opts.run_id.clone(),
-        };
+        let mut env = engine.tool_env(
+            &self.opts.run_id,
+            &last_user_text(&req.messages),
+            self.cancel.clone(),
+        );
+        env.current_file = req.current_file.clone();
+        env.apply = apply;
         let max_rounds = engine.config.agent.max_rounds;
         let mut messages = req.messages.clone();
         let mut usage = Usage::default();
@@ -410,13 +450,17 @@ impl Run<'_> {
                 &req,
                 &model,
                 &messages,
-                tools_allowed.then_some(&offer.specs),
+                if tools_allowed {
+                    offer.specs.as_deref()
+                } else {
+                    None
+                },
                 request_usage,
             );
             let names = if tools_allowed {
-                offer.names()
+                Arc::clone(&offer.names)
             } else {
-                Vec::new()
+                Arc::default()
             };
             let round = self.round_with_retries(&body, &names, &mut tail).await?;
             if let Some(u) = &round.usage {
@@ -514,8 +558,8 @@ impl Run<'_> {
     /// failed attempt was forwarded to the client.
     async fn round_with_retries(
         &self,
-        body: &Value,
-        tool_names: &[String],
+        body: &Bytes,
+        tool_names: &Arc<HashSet<String>>,
         tail: &mut TextTail,
     ) -> Result<Round, RunError> {
         let retry = self
@@ -548,13 +592,13 @@ impl Run<'_> {
 
     async fn one_round(
         &self,
-        body: &Value,
-        tool_names: &[String],
+        body: &Bytes,
+        tool_names: &Arc<HashSet<String>>,
         tail: &mut TextTail,
         forwarded: &mut bool,
     ) -> Result<Round, RoundError> {
-        let mut stream = self.engine.upstream.start(body).await?;
-        let mut acc = Accumulator::with_tool_names(tool_names.iter().cloned());
+        let mut stream = self.engine.upstream.start(body.clone()).await?;
+        let mut acc = Accumulator::with_tool_names(Arc::clone(tool_names));
         let mut pieces = Vec::new();
         let mut first_text = true;
         let mut ended = false;
@@ -725,7 +769,7 @@ impl ApplyModel for UpstreamApply {
             });
             let mut stream = engine
                 .upstream
-                .start(&body)
+                .start(Bytes::from(body.to_string()))
                 .await
                 .map_err(|e| e.to_string())?;
             let mut acc = Accumulator::new();
@@ -809,36 +853,46 @@ fn backoff(attempt: u32, retry_after: Option<Duration>, base: Duration, cap: Dur
     exp.mul_f64(jitter)
 }
 
-/// The upstream request for one round: the client's fields, our model, the conversation so
-/// far and the offered tools (none on the final round).
-fn build_body(
+/// The upstream request for one round, serialised: the client's fields, our model, the
+/// conversation so far and the offered tools (none on the final round). Written directly from
+/// borrowed parts: no copy of the conversation or of the tool specs is made.
+pub fn build_body(
     req: &ChatRequest,
     model: &str,
     messages: &[Value],
-    tools: Option<&Vec<Value>>,
+    tools: Option<&RawValue>,
     request_usage: bool,
-) -> Value {
-    let mut m: Map<String, Value> = req.extra.clone();
-    m.insert("model".into(), Value::from(model));
-    m.insert("messages".into(), Value::Array(messages.to_vec()));
-    m.insert("stream".into(), Value::Bool(true));
-    if request_usage {
-        m.insert(
-            "stream_options".into(),
-            serde_json::json!({"include_usage": true}),
-        );
-    }
-    match tools {
-        Some(specs) if !specs.is_empty() => {
-            m.insert("tools".into(), Value::Array(specs.clone()));
+) -> Bytes {
+    use serde::ser::{SerializeMap, Serializer};
+    let mut out = Vec::with_capacity(1024 + tools.map_or(0, |t| t.get().len()));
+    let mut ser = serde_json::Serializer::new(&mut out);
+    let write = (|| -> Result<(), serde_json::Error> {
+        let mut m = ser.serialize_map(None)?;
+        for (k, v) in &req.extra {
+            // Without tools, tool settings would be rejected by some servers.
+            if tools.is_none() && matches!(k.as_str(), "tool_choice" | "parallel_tool_calls") {
+                continue;
+            }
+            m.serialize_entry(k, v)?;
         }
-        _ => {
-            m.remove("tools");
-            m.remove("tool_choice");
-            m.remove("parallel_tool_calls");
+        m.serialize_entry("model", model)?;
+        m.serialize_entry("messages", messages)?;
+        m.serialize_entry("stream", &true)?;
+        if request_usage {
+            m.serialize_entry(
+                "stream_options",
+                &serde_json::json!({"include_usage": true}),
+            )?;
         }
+        if let Some(t) = tools {
+            m.serialize_entry("tools", t)?;
+        }
+        m.end()
+    })();
+    if let Err(e) = write {
+        tracing::error!(error = %e, "cannot serialise the upstream request");
     }
-    Value::Object(m)
+    Bytes::from(out)
 }
 
 #[cfg(test)]

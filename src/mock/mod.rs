@@ -31,9 +31,19 @@ pub struct Script {
     /// After the last round, answer every further request with it again.
     #[serde(default)]
     pub repeat_last: bool,
+    /// After the last round, start again from the first (benchmarks of multi-round loops).
+    #[serde(default)]
+    pub cycle: bool,
+    /// Record requests (default true). Benchmarks turn it off: nothing is kept per request.
+    #[serde(default = "yes")]
+    pub record: bool,
     /// Model ids listed by `GET /v1/models` (default `["mock-model"]`).
     #[serde(default)]
     pub models: Option<Vec<String>>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One scripted answer.
@@ -149,6 +159,8 @@ struct Shared {
     release: Notify,
     released: Mutex<bool>,
     record_file: Option<std::path::PathBuf>,
+    received: std::sync::atomic::AtomicU64,
+    open: std::sync::atomic::AtomicI64,
 }
 
 /// A running mock upstream.
@@ -178,6 +190,8 @@ impl MockUpstream {
             release: Notify::new(),
             released: Mutex::new(false),
             record_file,
+            received: Default::default(),
+            open: Default::default(),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -186,8 +200,13 @@ impl MockUpstream {
             .route("/models", get(models))
             .route("/_mock/requests", get(requests))
             .route("/_mock/release", post(release))
+            .route("/_mock/stats", get(stats))
             .with_state(Arc::clone(&shared));
         tokio::spawn(async move {
+            let listener =
+                axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+                    let _ = tcp.set_nodelay(true);
+                });
             let _ = axum::serve(
                 listener,
                 app.into_make_service_with_connect_info::<SocketAddr>(),
@@ -247,6 +266,16 @@ async fn requests(State(shared): State<Arc<Shared>>) -> Response {
     axum::Json(log).into_response()
 }
 
+/// Counters that do not need recording: requests received, responses still streaming.
+async fn stats(State(shared): State<Arc<Shared>>) -> Response {
+    use std::sync::atomic::Ordering;
+    axum::Json(json!({
+        "received": shared.received.load(Ordering::Relaxed),
+        "open": shared.open.load(Ordering::Relaxed),
+    }))
+    .into_response()
+}
+
 async fn release(State(shared): State<Arc<Shared>>) -> Response {
     release_all(&shared);
     StatusCode::NO_CONTENT.into_response()
@@ -263,6 +292,9 @@ fn save_record(shared: &Shared) {
 }
 
 fn set_outcome(shared: &Shared, i: usize, outcome: &str) {
+    if i == usize::MAX {
+        return;
+    }
     if let Ok(mut log) = shared.log.lock() {
         if let Some(r) = log.get_mut(i) {
             r.outcome = outcome.to_string();
@@ -278,17 +310,29 @@ async fn chat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let body_json: Value = serde_json::from_slice(&body)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-    let header_json: serde_json::Map<String, Value> = headers
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_string(),
-                Value::from(v.to_str().unwrap_or("").to_string()),
-            )
-        })
-        .collect();
+    shared
+        .received
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let record = shared.script.record;
+    let body_json: Value = if record {
+        serde_json::from_slice(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()))
+    } else {
+        Value::Null
+    };
+    let header_json: serde_json::Map<String, Value> = if record {
+        headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_string(),
+                    Value::from(v.to_str().unwrap_or("").to_string()),
+                )
+            })
+            .collect()
+    } else {
+        serde_json::Map::new()
+    };
     let round_index = {
         let Ok(mut next) = shared.next.lock() else {
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
@@ -297,13 +341,17 @@ async fn chat(
         *next += 1;
         if n < shared.script.rounds.len() {
             Some(n)
+        } else if shared.script.cycle && !shared.script.rounds.is_empty() {
+            Some(n % shared.script.rounds.len())
         } else if shared.script.repeat_last && !shared.script.rounds.is_empty() {
             Some(shared.script.rounds.len() - 1)
         } else {
             None
         }
     };
-    let record_index = {
+    let record_index = if !record {
+        usize::MAX
+    } else {
         let Ok(mut log) = shared.log.lock() else {
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
         };
@@ -317,7 +365,9 @@ async fn chat(
         });
         log.len() - 1
     };
-    save_record(&shared);
+    if record {
+        save_record(&shared);
+    }
     let Some(ri) = round_index else {
         set_outcome(&shared, record_index, "completed");
         let msg = format!(
@@ -340,9 +390,15 @@ async fn chat(
         .and_then(Value::as_str)
         .unwrap_or("mock-model")
         .to_string();
+    shared
+        .open
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 
     if let Some(status) = round.status {
         set_outcome(&shared, record_index, "completed");
+        shared
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let msg = round
             .error
@@ -363,6 +419,9 @@ async fn chat(
 
     if round.json {
         set_outcome(&shared, record_index, "completed");
+        shared
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         return (
             [(header::CONTENT_TYPE, "application/json")],
             json_completion(&round, &model).to_string(),
@@ -428,6 +487,9 @@ impl OutcomeGuard {
     fn finish(&mut self, outcome: &str) {
         if !self.done {
             self.done = true;
+            self.shared
+                .open
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             set_outcome(&self.shared, self.index, outcome);
         }
     }

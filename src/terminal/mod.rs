@@ -137,6 +137,7 @@ impl Terminal {
                 landlock_abi: self.sandbox.landlock_abi,
                 writable,
                 network: self.config.network,
+                nofile: crate::original_nofile(),
                 argv: vec![self.config.shell.clone(), "-c".into(), command.into()],
             },
             cwd: workspace.to_path_buf(),

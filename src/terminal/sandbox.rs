@@ -95,6 +95,9 @@ pub struct Spec {
     pub landlock_abi: Option<u8>,
     pub writable: Vec<PathBuf>,
     pub network: bool,
+    /// The open-file soft limit the command gets (the user's own, from before toolpilot
+    /// raised its limit for serving many connections).
+    pub nofile: Option<u64>,
     /// The program and its arguments (the shell, `-c`, the command).
     pub argv: Vec<String>,
 }
@@ -114,6 +117,10 @@ impl Spec {
         if self.network {
             a.push("--network".into());
         }
+        if let Some(n) = self.nofile {
+            a.push("--nofile".into());
+            a.push(n.to_string());
+        }
         a.push("--".into());
         a.extend(self.argv.iter().cloned());
         a
@@ -132,6 +139,10 @@ impl Spec {
                     .writable
                     .push(PathBuf::from(it.next().ok_or("--write needs a path")?)),
                 "--network" => spec.network = true,
+                "--nofile" => {
+                    let v = it.next().ok_or("--nofile needs a number")?;
+                    spec.nofile = Some(v.parse().map_err(|_| "bad --nofile value")?);
+                }
                 "--" => {
                     spec.argv = it.cloned().collect();
                     break;
@@ -299,6 +310,16 @@ pub fn supervise(args: &[String]) -> ExitCode {
             return ExitCode::from(126);
         }
     }
+    if let Some(n) = spec.nofile {
+        let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(n),
+                maximum: lim.maximum,
+            },
+        );
+    }
     let mut cmd = std::process::Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..]);
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
@@ -338,6 +359,7 @@ mod tests {
             landlock_abi: Some(6),
             writable: vec!["/w".into(), "/t".into()],
             network: true,
+            nofile: Some(1024),
             argv: vec!["sh".into(), "-c".into(), "echo --write x".into()],
         };
         let args = spec.to_args();
@@ -345,6 +367,7 @@ mod tests {
         assert_eq!(back.landlock_abi, Some(6));
         assert_eq!(back.writable, spec.writable);
         assert!(back.network);
+        assert_eq!(back.nofile, Some(1024));
         assert_eq!(back.argv, spec.argv);
         assert!(Spec::from_args(&["--bogus".into()]).is_err());
         assert!(Spec::from_args(&["--".into()]).is_err());

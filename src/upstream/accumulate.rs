@@ -62,7 +62,9 @@ impl Accumulator {
 
     /// An accumulator that also turns tool calls written as text into real calls, for these
     /// offered tool names.
-    pub fn with_tool_names(names: impl IntoIterator<Item = String>) -> Accumulator {
+    pub fn with_tool_names(
+        names: std::sync::Arc<std::collections::HashSet<String>>,
+    ) -> Accumulator {
         Accumulator {
             text_calls: TextCalls::new(names),
             ..Accumulator::default()
@@ -102,6 +104,9 @@ impl Accumulator {
             self.saw_done = true;
             return Ok(());
         }
+        if event.is_none() && self.push_fast(trimmed, out) {
+            return Ok(());
+        }
         match serde_json::from_str::<Value>(trimmed) {
             Ok(v) => self.push_value(event, &v, out),
             Err(_) if trimmed.contains('\n') => {
@@ -119,6 +124,73 @@ impl Accumulator {
                 Ok(())
             }
         }
+    }
+
+    /// The common chunk (text, reasoning, finish, usage), parsed into borrowed typed fields
+    /// without building a `Value`. Returns false, having changed nothing, for anything else
+    /// (tool calls, errors, whole messages, odd shapes): the general path handles those.
+    fn push_fast(&mut self, data: &str, out: &mut Vec<Piece>) -> bool {
+        let Ok(c) = serde_json::from_str::<fast::Chunk<'_>>(data) else {
+            return false;
+        };
+        if c.error.is_some() {
+            return false;
+        }
+        let choice = match &c.choices {
+            None => None,
+            Some(list) if list.len() > 1 => return false,
+            Some(list) => list.first(),
+        };
+        if let Some(ch) = choice {
+            if ch.message.is_some() || ch.index.is_some_and(|i| i != 0) {
+                return false;
+            }
+            if let Some(d) = &ch.delta {
+                if d.tool_calls.is_some() || d.function_call.is_some() {
+                    return false;
+                }
+            }
+        }
+        self.chunks += 1;
+        if let Some(m) = &c.model {
+            if self.round.model.is_none() && !m.is_empty() {
+                self.round.model = Some(m.to_string());
+            }
+        }
+        if let Some(u) = c.usage {
+            let mut usage = Usage {
+                prompt_tokens: u.prompt_tokens.unwrap_or(0),
+                completion_tokens: u.completion_tokens.unwrap_or(0),
+                total_tokens: u.total_tokens.unwrap_or(0),
+            };
+            if usage.total_tokens == 0 {
+                usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
+            }
+            self.round.usage = Some(usage);
+        }
+        let Some(ch) = choice else { return true };
+        if let Some(fr) = &ch.finish_reason {
+            if !fr.is_empty() {
+                self.round.finish_reason = Some(fr.to_string());
+            }
+        }
+        let Some(d) = &ch.delta else { return true };
+        for r in [&d.reasoning_content, &d.reasoning].into_iter().flatten() {
+            if !r.is_empty() {
+                self.round.reasoning.push_str(r);
+                out.push(Piece::Reasoning(r.to_string()));
+            }
+        }
+        if let Some(text) = &d.content {
+            if !text.is_empty() {
+                let shown = self.text_calls.push(text);
+                if !shown.is_empty() {
+                    self.round.content.push_str(&shown);
+                    out.push(Piece::Content(shown));
+                }
+            }
+        }
+        true
     }
 
     fn push_value(
@@ -319,6 +391,62 @@ impl Accumulator {
     }
 }
 
+/// Borrowed, typed views of the common chunk shape (the fast path).
+mod fast {
+    use std::borrow::Cow;
+
+    use serde::Deserialize;
+    use serde::de::IgnoredAny;
+
+    #[derive(Deserialize)]
+    pub struct Chunk<'a> {
+        #[serde(borrow, default)]
+        pub choices: Option<Vec<Choice<'a>>>,
+        #[serde(default)]
+        pub usage: Option<Usage>,
+        #[serde(borrow, default)]
+        pub model: Option<Cow<'a, str>>,
+        #[serde(default)]
+        pub error: Option<IgnoredAny>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Choice<'a> {
+        #[serde(default)]
+        pub index: Option<u64>,
+        #[serde(borrow, default)]
+        pub delta: Option<Delta<'a>>,
+        #[serde(default)]
+        pub message: Option<IgnoredAny>,
+        #[serde(borrow, default)]
+        pub finish_reason: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Delta<'a> {
+        #[serde(borrow, default)]
+        pub content: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        pub reasoning_content: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        pub reasoning: Option<Cow<'a, str>>,
+        #[serde(default)]
+        pub tool_calls: Option<IgnoredAny>,
+        #[serde(default)]
+        pub function_call: Option<IgnoredAny>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Usage {
+        #[serde(default)]
+        pub prompt_tokens: Option<u64>,
+        #[serde(default)]
+        pub completion_tokens: Option<u64>,
+        #[serde(default)]
+        pub total_tokens: Option<u64>,
+    }
+}
+
 fn merge_name(acc: &mut String, frag: &str) {
     if acc.is_empty() || frag.starts_with(acc.as_str()) {
         *acc = frag.to_string();
@@ -383,7 +511,9 @@ mod tests {
         let mut results = Vec::new();
         for split in 0..=bytes.len() {
             let mut dec = SseDecoder::new();
-            let mut acc = Accumulator::with_tool_names(names.iter().map(|n| n.to_string()));
+            let mut acc = Accumulator::with_tool_names(std::sync::Arc::new(
+                names.iter().map(|n| n.to_string()).collect(),
+            ));
             let mut pieces = Vec::new();
             let mut res = Ok(());
             for part in [&bytes[..split], &bytes[split..]] {

@@ -120,11 +120,14 @@ impl Upstream {
         }
     }
 
-    /// Sends one round. `body` is the complete chat-completions request.
-    pub async fn start(&self, body: &Value) -> Result<RoundStream, UpstreamError> {
+    /// Sends one round. `body` is the complete chat-completions request, serialised.
+    pub async fn start(&self, body: Bytes) -> Result<RoundStream, UpstreamError> {
         match self {
             Upstream::Http(h) => h.start(body).await.map(|r| RoundStream::Http(Box::new(r))),
-            Upstream::Demo => Ok(RoundStream::Demo(demo::respond(body).into())),
+            Upstream::Demo => {
+                let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                Ok(RoundStream::Demo(demo::respond(&v).into()))
+            }
         }
     }
 
@@ -254,9 +257,8 @@ impl HttpUpstream {
         }
     }
 
-    async fn start(&self, body: &Value) -> Result<HttpRound, UpstreamError> {
+    async fn start(&self, bytes: Bytes) -> Result<HttpRound, UpstreamError> {
         let started = Instant::now();
-        let bytes = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
         let send = self
             .request(reqwest::Method::POST, &self.chat_url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")

@@ -27,7 +27,7 @@ const CALL_FENCES: &[&str] = &["", "json", "jsonc", "tool", "tool_call", "tool_c
 
 #[derive(Debug, Default)]
 pub struct TextCalls {
-    names: HashSet<String>,
+    names: std::sync::Arc<HashSet<String>>,
     /// Text received but not yet released.
     held: String,
     /// Whether the released text so far ends at a line start.
@@ -44,9 +44,9 @@ pub struct TextCalls {
 
 impl TextCalls {
     /// A filter for the given offered tool names (empty: the filter passes everything).
-    pub fn new(names: impl IntoIterator<Item = String>) -> TextCalls {
+    pub fn new(names: std::sync::Arc<HashSet<String>>) -> TextCalls {
         TextCalls {
-            names: names.into_iter().collect(),
+            names,
             at_line_start: true,
             ..TextCalls::default()
         }
@@ -454,8 +454,12 @@ fn partial_fence_tail(s: &str) -> usize {
 mod tests {
     use super::*;
 
-    fn names() -> Vec<String> {
-        vec!["read_file".into(), "ls".into()]
+    fn names() -> std::sync::Arc<HashSet<String>> {
+        std::sync::Arc::new(
+            ["read_file".to_string(), "ls".to_string()]
+                .into_iter()
+                .collect(),
+        )
     }
 
     /// Feeds `text` split at every point (and whole); all splits must agree.

@@ -12,8 +12,20 @@ use crate::support::*;
 const BIN: &str = env!("CARGO_BIN_EXE_toolpilot");
 
 fn toolpilot() -> Command {
-    let mut c = Command::new(BIN);
-    // The tests decide the configuration; nothing leaks in from the developer's shell.
+    isolated(Command::new(BIN))
+}
+
+/// toolpilot started from a shell whose open-file soft limit is `soft`.
+fn toolpilot_with_nofile(soft: u32) -> Command {
+    let mut sh = Command::new("sh");
+    sh.arg("-c")
+        .arg(format!("ulimit -Sn {soft} && exec \"$0\" \"$@\""))
+        .arg(BIN);
+    isolated(sh)
+}
+
+/// The tests decide the configuration; nothing leaks in from the developer's shell.
+fn isolated(mut c: Command) -> Command {
     for (k, _) in std::env::vars() {
         if k.starts_with("TOOLPILOT_") || k == "OPENAI_API_KEY" || k == "RUST_LOG" {
             c.env_remove(k);
@@ -317,7 +329,7 @@ async fn secrets_never_reach_commands() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mock = toolpilot::mock::MockUpstream::start(
         serde_json::from_value(json!({"rounds": [
-            {"tool_calls": [{"id": "env", "name": "run_terminal_command", "arguments": {"command": "env"}}]},
+            {"tool_calls": [{"id": "env", "name": "run_terminal_command", "arguments": {"command": "env; cat /proc/self/limits"}}]},
             {"text": "done"}
         ]}))
         .unwrap(),
@@ -326,7 +338,8 @@ async fn secrets_never_reach_commands() {
     .unwrap();
     let ws = workspace();
     let state = tempfile::tempdir().unwrap();
-    let mut server = toolpilot()
+    // The server raises its own open-file limit; commands get the user's back.
+    let mut server = toolpilot_with_nofile(256)
         .args([
             "serve",
             "--bind",
@@ -363,6 +376,20 @@ async fn secrets_never_reach_commands() {
     assert_eq!(r.status, 200, "{}", r.text);
     let env = tool_result(&mock.requests()[1], "env");
     assert!(env.contains("PLAIN_SETTING=visible-5"), "{env}");
+    // Soft and hard open-file limits, from a /proc/PID/limits text.
+    let open_files = |limits: &str| -> (String, String) {
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap();
+        let v: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+        (v[0].to_string(), v[1].to_string())
+    };
+    assert_eq!(open_files(&env).0, "256", "{env}");
+    let (soft, hard) = open_files(
+        &std::fs::read_to_string(format!("/proc/{}/limits", server.id().unwrap())).unwrap(),
+    );
+    assert_eq!(soft, hard, "the server's open-file limit was not raised");
     assert!(
         env.contains("CI=1") && env.contains("GIT_TERMINAL_PROMPT=0") && env.contains("PAGER=cat"),
         "{env}"

@@ -1,0 +1,202 @@
+//! Micro benchmarks of the per-request hot paths: SSE decoding and delta accumulation, the
+//! outbound chunk encoding, request rewriting (tool injection), policy decisions, path
+//! resolution and command-line assessment. Run with `cargo bench --bench hot_paths`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use serde_json::json;
+use toolpilot::config::PolicyConfig;
+use toolpilot::openai::ChatRequest;
+use toolpilot::policy::Policy;
+use toolpilot::server::sse::ChunkEncoder;
+use toolpilot::tools::{Access, Target};
+use toolpilot::upstream::accumulate::Accumulator;
+use toolpilot::upstream::sse::SseDecoder;
+use toolpilot::workspace::Workspace;
+
+/// A realistic streamed answer: 200 content deltas, then a tool call in 20 pieces.
+fn stream() -> String {
+    let mut s = String::new();
+    let chunk = |delta: serde_json::Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id":"chatcmpl-x","object":"chat.completion.chunk","created":1,"model":"m",
+                   "choices":[{"index":0,"delta":delta,"finish_reason":null}]})
+        )
+    };
+    s.push_str(&chunk(json!({"role":"assistant","content":""})));
+    for i in 0..200 {
+        s.push_str(&chunk(json!({"content": format!("token{i} ")})));
+    }
+    s.push_str(&chunk(json!({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"read_file","arguments":""}}]})));
+    for _ in 0..20 {
+        s.push_str(&chunk(
+            json!({"tool_calls":[{"index":0,"function":{"arguments":"{\"fi"}}]}),
+        ));
+    }
+    s.push_str(
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":220}}\n\n",
+    );
+    s.push_str("data: [DONE]\n\n");
+    s
+}
+
+fn sse(c: &mut Criterion) {
+    let s = stream();
+    let bytes = s.as_bytes();
+    let mut g = c.benchmark_group("upstream");
+    g.throughput(Throughput::Bytes(bytes.len() as u64));
+    g.bench_function("sse_decode_and_accumulate_222_chunks", |b| {
+        b.iter(|| {
+            let mut dec = SseDecoder::new();
+            let mut acc = Accumulator::new();
+            let mut pieces = Vec::new();
+            // Network-sized reads.
+            for part in bytes.chunks(1400) {
+                dec.push(part);
+                while let Some(ev) = dec.next_event() {
+                    acc.push_data(ev.event.as_deref(), &ev.data, &mut pieces)
+                        .unwrap();
+                    pieces.clear();
+                }
+            }
+            black_box(acc.finish().unwrap_err_or_round());
+        })
+    });
+    g.finish();
+}
+
+trait ErrOrRound {
+    fn unwrap_err_or_round(self) -> usize;
+}
+
+impl<E> ErrOrRound for Result<toolpilot::upstream::accumulate::Round, E> {
+    fn unwrap_err_or_round(self) -> usize {
+        self.map(|r| r.content.len()).unwrap_or(0)
+    }
+}
+
+fn encode(c: &mut Criterion) {
+    let enc = ChunkEncoder::new("19a2b3c4d5e6f708", "qwen2.5-coder");
+    c.bench_function("server/encode_content_chunk", |b| {
+        b.iter(|| {
+            let mut out = bytes::BytesMut::with_capacity(256);
+            enc.content(&mut out, black_box("Hello, \"world\"\n"));
+            black_box(out);
+        })
+    });
+}
+
+fn agent_body() -> Vec<u8> {
+    let system = "You are a coding assistant. ".repeat(40);
+    json!({
+        "model": "qwen2.5-coder",
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "max_tokens": 4096,
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "Where is the configuration loaded, and how are errors reported?"},
+            {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "grep_search", "arguments": "{\"query\":\"fn load\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "src/config.rs\n245:    pub fn load(args: &CommonArgs) -> Result<Config, ConfigError> {\n".repeat(8)},
+            {"role": "user", "content": "And the tests?"}
+        ]
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn rewrite(c: &mut Criterion) {
+    let body = agent_body();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = toolpilot::config::Config::load_from(
+        &toolpilot::config::CommonArgs {
+            workspace: Some(tmp.path().to_path_buf()),
+            state_dir: Some(tmp.path().join("state")),
+            ..Default::default()
+        },
+        &[],
+    )
+    .unwrap();
+    let engine = toolpilot::agent::Engine::new(cfg).unwrap();
+    let specs: Vec<serde_json::Value> = engine
+        .registry
+        .tools()
+        .map(toolpilot::tools::spec_json)
+        .collect();
+    let specs =
+        serde_json::value::RawValue::from_string(serde_json::to_string(&specs).unwrap()).unwrap();
+    let mut g = c.benchmark_group("request");
+    g.throughput(Throughput::Bytes(body.len() as u64));
+    g.bench_function("parse_validate_3kb_agent_body", |b| {
+        b.iter(|| black_box(ChatRequest::from_slice(black_box(&body)).unwrap()))
+    });
+    let req = ChatRequest::from_slice(&body).unwrap();
+    g.bench_function("rewrite_with_tool_injection_and_serialize", |b| {
+        b.iter(|| {
+            black_box(toolpilot::agent::build_body(
+                &req,
+                "m",
+                &req.messages,
+                Some(&specs),
+                true,
+            ));
+        })
+    });
+    g.finish();
+}
+
+fn policy(c: &mut Criterion) {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("src")).unwrap();
+    let sens: Vec<String> = toolpilot::workspace::DEFAULT_SENSITIVE
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let ws = Workspace::open(tmp.path(), &sens).unwrap();
+    let p = Policy::new(&PolicyConfig {
+        allow: vec![
+            "read_file(src/**)".into(),
+            "run_terminal_command(make lint*)".into(),
+        ],
+        deny: vec!["read_file(**/secret*)".into()],
+        protected: toolpilot::policy::DEFAULT_PROTECTED
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        command_defaults: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let path = ws.resolve("src/agent/mod.rs").unwrap();
+    let targets = vec![Target::Path {
+        path,
+        access: Access::Read,
+    }];
+    c.bench_function("policy/decide_read_file", |b| {
+        b.iter(|| black_box(p.decide("read_file", black_box(&targets), &ws)))
+    });
+    c.bench_function("policy/decide_command_line", |b| {
+        b.iter(|| {
+            black_box(p.decide_command(
+                "run_terminal_command",
+                black_box("cargo test --all 2>&1 | tail -20 && git status"),
+                true,
+            ))
+        })
+    });
+    let root = ws.root().display().to_string();
+    let abs = format!("{root}/src/./lib.rs");
+    c.bench_function("workspace/resolve_relative", |b| {
+        b.iter(|| black_box(ws.resolve(black_box("./src/../src/tools/grep.rs")).unwrap()))
+    });
+    c.bench_function("workspace/resolve_absolute", |b| {
+        b.iter(|| black_box(ws.resolve(black_box(&abs)).unwrap()))
+    });
+}
+
+criterion_group!(benches, sse, encode, rewrite, policy);
+criterion_main!(benches);
