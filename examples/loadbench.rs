@@ -1,0 +1,775 @@
+//! The load harness: starts the mock upstream and toolpilot as processes and measures, in one
+//! run so that machine noise cancels out in the ratios:
+//!
+//! 1. added latency versus calling the mock directly (sequential, interleaved), median and p99,
+//!    for a small body, a 3 KB agent-style body and time to first token of a stream;
+//! 2. throughput and latency with many concurrent streaming clients;
+//! 3. a 5-round tool loop end to end;
+//! 4. `grep_search` and `file_glob_search` against ripgrep on a large tree, results compared;
+//! 5. resident memory idle and with many open streams;
+//! 6. workspace snapshots (the checkpoint of commands) on the large tree.
+//!
+//! `cargo build --release && cargo run --release --example loadbench -- --tree DIR`
+//! (`bench/run` does both). `--quick` runs tiny counts (CI: it checks the harness still works;
+//! nothing here asserts a timing).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+struct Opts {
+    quick: bool,
+    tree: Option<PathBuf>,
+    only: Option<String>,
+}
+
+struct Proc {
+    _child: Child,
+    url: String,
+    pid: u32,
+}
+
+fn toolpilot_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/examples/loadbench → target/<profile>/toolpilot
+    let bin = exe.parent().unwrap().parent().unwrap().join("toolpilot");
+    if !bin.exists() {
+        eprintln!(
+            "{} is missing: build it first (cargo build --release, or cargo build for --quick)",
+            bin.display()
+        );
+        std::process::exit(2);
+    }
+    bin
+}
+
+async fn read_url(
+    lines: &mut tokio::io::Lines<BufReader<impl tokio::io::AsyncRead + Unpin>>,
+) -> String {
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if let Some(i) = line.find("http://") {
+            let url = line[i..].split_whitespace().next().unwrap();
+            return url.trim_end_matches([')', ',']).to_string();
+        }
+    }
+    panic!("the process ended before printing its address");
+}
+
+async fn spawn_mock(dir: &Path, name: &str, script: Value) -> Proc {
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, script.to_string()).unwrap();
+    let mut child = Command::new(toolpilot_bin())
+        .args(["mock-upstream", "--bind", "127.0.0.1:0", "--script"])
+        .arg(&path)
+        .env("TOOLPILOT_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = read_url(&mut lines).await;
+    let pid = child.id().unwrap();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Proc {
+        _child: child,
+        url,
+        pid,
+    }
+}
+
+async fn spawn_toolpilot(dir: &Path, upstream: &str, ws: &Path, extra: &[&str]) -> Proc {
+    let mut child = Command::new(toolpilot_bin())
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--model",
+            "mock-model",
+            "--upstream",
+            upstream,
+            "--workspace",
+        ])
+        .arg(ws)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(extra)
+        .env("TOOLPILOT_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = read_url(&mut lines).await;
+    let pid = child.id().unwrap();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Proc {
+        _child: child,
+        url,
+        pid,
+    }
+}
+
+fn client() -> reqwest::Client {
+    toolpilot::install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(2048)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap()
+}
+
+/// One request; returns (total time, time to first content byte).
+async fn request(c: &reqwest::Client, url: &str, body: &Value) -> (Duration, Duration) {
+    let t = Instant::now();
+    let mut resp = c
+        .post(format!("{url}/chat/completions"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "HTTP {}", resp.status());
+    let mut first = None;
+    while let Some(chunk) = resp.chunk().await.unwrap() {
+        // The first chunk that carries text (`"content":"` followed by something).
+        let has_text = chunk
+            .windows(12)
+            .any(|w| &w[..11] == b"\"content\":\"" && w[11] != b'"');
+        if first.is_none() && (has_text || !body["stream"].as_bool().unwrap_or(false)) {
+            first = Some(t.elapsed());
+        }
+    }
+    (t.elapsed(), first.unwrap_or_else(|| t.elapsed()))
+}
+
+fn pct(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1000.0)
+}
+
+/// CPU time (user + system) a process has used so far.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rfind(')').map_or("", |i| &stat[i + 2..]);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Duration::from_secs_f64(ticks as f64 / 100.0)
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn agent_body(stream: bool) -> Value {
+    let system = "You are a coding assistant working in the user's repository. Use the tools to read files before editing them. ".repeat(12);
+    json!({
+        "model": "mock-model", "stream": stream, "max_tokens": 4096,
+        "stream_options": {"include_usage": true},
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "Where is the configuration loaded, and how are errors reported?"},
+            {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "grep_search", "arguments": "{\"query\":\"fn load\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "src/config.rs\n245:    pub fn load(args: &CommonArgs) -> Result<Config, ConfigError> {\n".repeat(6)},
+            {"role": "user", "content": "And the tests?"}
+        ]
+    })
+}
+
+async fn latency(o: &Opts, dir: &Path, ws: &Path) {
+    println!("\n## 1. Added latency (sequential, interleaved)\n");
+    let mock = spawn_mock(dir, "latency", json!({"record": false, "repeat_last": true, "rounds": [{"text": "Hello there", "chunk_size": 64}]})).await;
+    let tp = spawn_toolpilot(dir, &mock.url, ws, &[]).await;
+    let c = client();
+    let n = if o.quick { 20 } else { 5000 };
+    let small = json!({"model": "mock-model", "messages": [{"role": "user", "content": "hi"}]});
+    let big = agent_body(false);
+    let mut stream_small = small.clone();
+    stream_small["stream"] = json!(true);
+    let mut stream_notools = stream_small.clone();
+    stream_notools["tools"] = json!([]);
+    println!(
+        "| case | direct median | via toolpilot median | added (median of paired differences) | direct p99 | via p99 | added p99 (via p99 − direct p99) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (name, body, ttft) in [
+        ("non-stream, small body", &small, false),
+        ("non-stream, 3 KB agent body", &big, false),
+        ("stream, time to first token", &stream_small, true),
+        (
+            "stream, time to first token, tools: []",
+            &stream_notools,
+            true,
+        ),
+    ] {
+        // Warm-up: connections, caches.
+        for _ in 0..(n / 10).max(5) {
+            request(&c, &mock.url, body).await;
+            request(&c, &tp.url, body).await;
+        }
+        let (mut d, mut v) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        // Paired differences: each round measures both, so slow moments of the machine hit
+        // both sides of a pair.
+        let mut diff: Vec<f64> = Vec::with_capacity(n);
+        for i in 0..n {
+            let order = if i % 2 == 0 {
+                [&mock.url, &tp.url]
+            } else {
+                [&tp.url, &mock.url]
+            };
+            let mut pair = [Duration::ZERO; 2];
+            for u in order {
+                let (total, first) = request(&c, u, body).await;
+                let x = if ttft { first } else { total };
+                if u == &mock.url {
+                    d.push(x);
+                    pair[0] = x;
+                } else {
+                    v.push(x);
+                    pair[1] = x;
+                }
+            }
+            diff.push(pair[1].as_secs_f64() - pair[0].as_secs_f64());
+        }
+        diff.sort_by(f64::total_cmp);
+        let added = diff[diff.len() / 2];
+        let (dm, vm) = (pct(&mut d, 0.5), pct(&mut v, 0.5));
+        let (d99, v99) = (pct(&mut d, 0.99), pct(&mut v, 0.99));
+        println!(
+            "| {name} | {} ms | {} ms | **{:.3} ms** | {} ms | {} ms | **{} ms** |",
+            ms(dm),
+            ms(vm),
+            added * 1000.0,
+            ms(d99),
+            ms(v99),
+            ms(v99.saturating_sub(d99))
+        );
+    }
+}
+
+async fn throughput(o: &Opts, dir: &Path, ws: &Path) {
+    println!("\n## 2. Throughput with concurrent streaming clients\n");
+    let mock = spawn_mock(dir, "throughput", json!({"record": false, "repeat_last": true, "rounds": [{"text": "Hello there, streaming world", "chunk_size": 8}]})).await;
+    let tp = spawn_toolpilot(dir, &mock.url, ws, &[]).await;
+    let body = json!({"model": "mock-model", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    println!("| clients | target | requests/s | p50 | p99 | errors | toolpilot CPU per request |");
+    println!("|---|---|---|---|---|---|---|");
+    let levels: &[usize] = if o.quick { &[4] } else { &[64, 512] };
+    for &clients in levels {
+        for (label, url) in [
+            ("mock directly", mock.url.clone()),
+            ("via toolpilot", tp.url.clone()),
+        ] {
+            let c = client();
+            let secs = if o.quick { 1 } else { 10 };
+            let stop = Arc::new(AtomicBool::new(false));
+            let errors = Arc::new(AtomicU64::new(0));
+            let mut tasks = Vec::new();
+            // Warm-up.
+            for _ in 0..clients.min(64) {
+                request(&c, &url, &body).await;
+            }
+            let cpu0 = cpu_time(tp.pid);
+            let t = Instant::now();
+            for _ in 0..clients {
+                let (c, url, body, stop, errors) = (
+                    c.clone(),
+                    url.clone(),
+                    body.clone(),
+                    Arc::clone(&stop),
+                    Arc::clone(&errors),
+                );
+                tasks.push(tokio::spawn(async move {
+                    let mut lat = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let t = Instant::now();
+                        match c
+                            .post(format!("{url}/chat/completions"))
+                            .body(body.to_string())
+                            .send()
+                            .await
+                        {
+                            Ok(mut r) => {
+                                while let Ok(Some(_)) = r.chunk().await {}
+                                lat.push(t.elapsed());
+                            }
+                            Err(_) => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    lat
+                }));
+            }
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            stop.store(true, Ordering::Relaxed);
+            let mut all = Vec::new();
+            for t in tasks {
+                all.extend(t.await.unwrap());
+            }
+            let elapsed = t.elapsed().as_secs_f64();
+            let rps = all.len() as f64 / elapsed;
+            let cpu = cpu_time(tp.pid).saturating_sub(cpu0);
+            let per = if label == "via toolpilot" && !all.is_empty() {
+                format!("{:.0} µs", cpu.as_secs_f64() * 1e6 / all.len() as f64)
+            } else {
+                "-".into()
+            };
+            println!(
+                "| {clients} | {label} | **{rps:.0}** | {} ms | {} ms | {} | {per} |",
+                ms(pct(&mut all, 0.5)),
+                ms(pct(&mut all, 0.99)),
+                errors.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
+async fn tool_loop(o: &Opts, dir: &Path, ws: &Path) {
+    println!("\n## 3. A 5-round tool loop end to end\n");
+    let call = |name: &str, args: Value| json!({"tool_calls": [{"name": name, "arguments": args}]});
+    let script = json!({"record": false, "cycle": true, "rounds": [
+        call("ls", json!({"dirPath": "src"})),
+        call("read_file", json!({"filepath": "Cargo.toml"})),
+        call("grep_search", json!({"query": "fn main"})),
+        call("file_glob_search", json!({"pattern": "**/*.rs"})),
+        call("read_file", json!({"filepath": "README.md"})),
+        {"text": "Done: the answer."}
+    ]});
+    let mock = spawn_mock(dir, "loop", script).await;
+    let tp = spawn_toolpilot(dir, &mock.url, ws, &[]).await;
+    let c = client();
+    let body =
+        json!({"model": "mock-model", "messages": [{"role": "user", "content": "look around"}]});
+    let n = if o.quick { 3 } else { 300 };
+    request(&c, &tp.url, &body).await;
+    let t = Instant::now();
+    let mut lat = Vec::new();
+    for _ in 0..n {
+        lat.push(request(&c, &tp.url, &body).await.0);
+    }
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    println!("| runs | runs/s (sequential) | p50 per run | p99 per run |");
+    println!("|---|---|---|---|");
+    println!(
+        "| {n} | **{rate:.0}** | {} ms | {} ms |",
+        ms(pct(&mut lat, 0.5)),
+        ms(pct(&mut lat, 0.99))
+    );
+    println!(
+        "\n(each run: 6 upstream rounds, 5 tool calls: ls, read_file, grep_search over the workspace, file_glob_search, read_file; workspace: {})",
+        ws.display()
+    );
+}
+
+fn rg() -> Option<String> {
+    let out = std::process::Command::new("rg")
+        .arg("--version")
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    })
+}
+
+/// ripgrep flags that do the same work as toolpilot's walk and search.
+fn rg_common(args: &mut Vec<String>) {
+    args.extend(["--no-require-git", "--max-filesize", "20M", "--no-config"].map(String::from));
+    for g in toolpilot::workspace::DEFAULT_SENSITIVE
+        .iter()
+        .chain(["node_modules/", "__pycache__/"].iter())
+    {
+        args.push("-g".into());
+        args.push(format!("!{g}"));
+    }
+}
+
+fn time_median(n: usize, mut f: impl FnMut()) -> Duration {
+    f(); // warm the page cache
+    let mut v: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    pct(&mut v, 0.5)
+}
+
+fn count_files(tree: &Path) -> usize {
+    ignore::WalkBuilder::new(tree)
+        .hidden(false)
+        .ignore(false)
+        .git_ignore(false)
+        .parents(false)
+        .build()
+        .flatten()
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .count()
+}
+
+async fn search(o: &Opts, dir: &Path, tree: &Path) {
+    println!("\n## 4. grep_search and file_glob_search against ripgrep\n");
+    let rg_version = rg();
+    println!(
+        "Tree: {} ({} files). ripgrep: {}.\n",
+        tree.display(),
+        count_files(tree),
+        rg_version
+            .as_deref()
+            .unwrap_or("not installed (cargo install ripgrep)")
+    );
+    let args = toolpilot::config::CommonArgs {
+        workspace: Some(tree.to_path_buf()),
+        state_dir: Some(dir.join("state-search")),
+        ..Default::default()
+    };
+    let cfg =
+        toolpilot::config::Config::load_from(&args, &[("HOME".into(), "/nonexistent".into())])
+            .unwrap();
+    let engine = toolpilot::agent::Engine::new(cfg).unwrap();
+    let env = engine.tool_env("bench", "", tokio_util::sync::CancellationToken::new());
+    let runs = if o.quick { 1 } else { 7 };
+    let call = |name: &str, a: Value| toolpilot::openai::ToolCall {
+        id: "b".into(),
+        name: name.into(),
+        arguments: a.to_string(),
+    };
+    let rt = tokio::runtime::Handle::current();
+    let ours = |name: &str, a: Value| {
+        let c = call(name, a);
+        let out = rt.block_on(engine.registry.dispatch(&c, &env, true));
+        out.content
+    };
+    println!(
+        "| search | toolpilot median | ripgrep median | ratio | toolpilot result | ripgrep result | equal |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (label, query) in [
+        ("full scan, no match", "xq7zzv_no_such_token"),
+        ("full scan, rare match", "unsafe impl Send for"),
+    ] {
+        let mut out = String::new();
+        let t_ours = tokio::task::block_in_place(|| {
+            time_median(runs, || out = ours("grep_search", json!({"query": query})))
+        });
+        let (ours_lines, ours_files) = parse_grep_summary(&out);
+        let (t_rg, rg_res) = match &rg_version {
+            Some(_) => {
+                let mut a: Vec<String> = ["-i", "-n", "-C", "2", "-m", "100"]
+                    .map(String::from)
+                    .to_vec();
+                rg_common(&mut a);
+                a.extend(["-e".to_string(), query.to_string(), ".".to_string()]);
+                let mut captured = Vec::new();
+                let t = time_median(runs, || {
+                    captured = std::process::Command::new("rg")
+                        .args(&a)
+                        .current_dir(tree)
+                        .output()
+                        .unwrap()
+                        .stdout;
+                });
+                // Count matching lines and files (the -C output marks matches with ':').
+                let mut count_args: Vec<String> =
+                    ["-i", "-m", "100", "--count"].map(String::from).to_vec();
+                rg_common(&mut count_args);
+                count_args.extend(["-e".to_string(), query.to_string(), ".".to_string()]);
+                let counts = std::process::Command::new("rg")
+                    .args(&count_args)
+                    .current_dir(tree)
+                    .output()
+                    .unwrap()
+                    .stdout;
+                let text = String::from_utf8_lossy(&counts);
+                let files = text.lines().count();
+                let lines: usize = text
+                    .lines()
+                    .filter_map(|l| l.rsplit(':').next()?.parse::<usize>().ok())
+                    .sum();
+                (Some(t), Some((lines, files)))
+            }
+            None => (None, None),
+        };
+        let equal = rg_res.map(|r| r == (ours_lines, ours_files));
+        println!(
+            "| {label} (`{query}`) | {} ms | {} | {} | {ours_lines} lines in {ours_files} files | {} | {} |",
+            ms(t_ours),
+            t_rg.map_or("-".into(), |t| format!("{} ms", ms(t))),
+            t_rg.map_or("-".into(), |t| format!(
+                "**{:.2}**",
+                t_ours.as_secs_f64() / t.as_secs_f64()
+            )),
+            rg_res.map_or("-".into(), |(l, f)| format!("{l} lines in {f} files")),
+            equal.map_or("-", |e| if e { "yes" } else { "**NO**" }),
+        );
+        if equal == Some(false) {
+            eprintln!(
+                "grep results differ: toolpilot {ours_lines}/{ours_files}, ripgrep {rg_res:?}"
+            );
+        }
+    }
+    let mut out = String::new();
+    let t_ours = tokio::task::block_in_place(|| {
+        time_median(runs, || {
+            out = ours("file_glob_search", json!({"pattern": "*.rs"}))
+        })
+    });
+    let ours_n = parse_glob_total(&out);
+    let (t_rg, rg_n) = match &rg_version {
+        Some(_) => {
+            let mut a: Vec<String> = ["--files", "--iglob", "*.rs"].map(String::from).to_vec();
+            rg_common(&mut a);
+            let mut captured = Vec::new();
+            let t = time_median(runs, || {
+                captured = std::process::Command::new("rg")
+                    .args(&a)
+                    .current_dir(tree)
+                    .output()
+                    .unwrap()
+                    .stdout;
+            });
+            (
+                Some(t),
+                Some(String::from_utf8_lossy(&captured).lines().count()),
+            )
+        }
+        None => (None, None),
+    };
+    println!(
+        "| glob `*.rs` | {} ms | {} | {} | {ours_n} files | {} | {} |",
+        ms(t_ours),
+        t_rg.map_or("-".into(), |t| format!("{} ms", ms(t))),
+        t_rg.map_or("-".into(), |t| format!(
+            "**{:.2}**",
+            t_ours.as_secs_f64() / t.as_secs_f64()
+        )),
+        rg_n.map_or("-".into(), |n| format!("{n} files")),
+        rg_n.map_or("-", |n| if n == ours_n { "yes" } else { "**NO**" }),
+    );
+}
+
+fn parse_grep_summary(out: &str) -> (usize, usize) {
+    if out.starts_with("No matches found") {
+        return (0, 0);
+    }
+    let nums: Vec<usize> = out
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('['))
+        .unwrap_or("")
+        .split(|c: char| !c.is_ascii_digit() && c != ',')
+        .filter_map(|w| w.replace(',', "").parse().ok())
+        .collect();
+    match nums.as_slice() {
+        [lines, files] => (*lines, *files),
+        [_shown, total, files, ..] => (*total, *files),
+        _ => (0, 0),
+    }
+}
+
+fn parse_glob_total(out: &str) -> usize {
+    if let Some(l) = out.lines().find(|l| l.contains(" in all)")) {
+        let i = l.find(", ").map_or(0, |i| i + 2);
+        return l[i..]
+            .split_whitespace()
+            .next()
+            .unwrap_or("0")
+            .replace(',', "")
+            .parse()
+            .unwrap_or(0);
+    }
+    if out.starts_with("No files match") {
+        return 0;
+    }
+    out.lines().filter(|l| !l.starts_with('[')).count()
+}
+
+async fn memory(o: &Opts, dir: &Path, ws: &Path) {
+    println!("\n## 5. Memory\n");
+    let streams = if o.quick { 20 } else { 1000 };
+    let mock = spawn_mock(dir, "memory", json!({"record": false, "repeat_last": true, "rounds": [{"text": "held open", "hold_after": 2}]})).await;
+    let tp = spawn_toolpilot(dir, &mock.url, ws, &[]).await;
+    let c = client();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle_before = rss_kb(tp.pid);
+    let quick = json!({"model": "mock-model", "messages": [{"role": "user", "content": "hi"}], "stream": true});
+    let mut handles = Vec::new();
+    for _ in 0..streams {
+        let (c, url, body) = (c.clone(), tp.url.clone(), quick.clone());
+        handles.push(tokio::spawn(async move {
+            let mut r = c
+                .post(format!("{url}/chat/completions"))
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap();
+            while let Ok(Some(_)) = r.chunk().await {}
+        }));
+    }
+    // Wait until every stream is open at the upstream.
+    let stats = format!("{}/../_mock/stats", mock.url);
+    let stats = stats.replace("/v1/../", "/");
+    let t = Instant::now();
+    loop {
+        let s: Value =
+            serde_json::from_slice(&c.get(&stats).send().await.unwrap().bytes().await.unwrap())
+                .unwrap();
+        if s["open"].as_u64().unwrap_or(0) >= streams as u64
+            || t.elapsed() > Duration::from_secs(60)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let loaded = rss_kb(tp.pid);
+    let release = stats.replace("/_mock/stats", "/_mock/release");
+    c.post(&release).send().await.unwrap();
+    for h in handles {
+        let _ = h.await;
+    }
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!(
+        "| resident size idle (after start) | **{:.1} MB** |",
+        idle_before as f64 / 1024.0
+    );
+    println!(
+        "| resident size with {streams} open streams | {:.1} MB |",
+        loaded as f64 / 1024.0
+    );
+    println!(
+        "| per open stream | **{:.1} KB** |",
+        (loaded.saturating_sub(idle_before)) as f64 / streams as f64
+    );
+    println!(
+        "| mock upstream (separate process) | {:.1} MB |",
+        rss_kb(mock.pid) as f64 / 1024.0
+    );
+}
+
+fn snapshots(tree: &Path, dir: &Path) {
+    println!("\n## 6. Workspace snapshots (checkpoints of commands)\n");
+    let shadow = toolpilot::checkpoint::tree::Shadow::new(&dir.join("snap"), tree);
+    let t = Instant::now();
+    let a = shadow.snapshot().unwrap();
+    let first = t.elapsed();
+    let t = Instant::now();
+    let b = shadow.snapshot().unwrap();
+    let unchanged = t.elapsed();
+    assert_eq!(a, b);
+    println!("| snapshot | time |");
+    println!("|---|---|");
+    println!("| first (hashes every file) | {} ms |", ms(first));
+    println!(
+        "| next, nothing changed (what a command pays) | **{} ms** |",
+        ms(unchanged)
+    );
+    println!("\nTree: {} ({} files).", tree.display(), count_files(tree));
+}
+
+fn main() {
+    let mut o = Opts {
+        quick: false,
+        tree: None,
+        only: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--tree" => o.tree = args.next().map(PathBuf::from),
+            "--only" => o.only = args.next(),
+            other => {
+                eprintln!(
+                    "usage: loadbench [--quick] [--tree DIR] [--only latency|throughput|loop|search|memory|snapshot] (unknown {other})"
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    // Many sockets at once.
+    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let _ = rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: lim.maximum,
+            maximum: lim.maximum,
+        },
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = std::env::current_dir().unwrap();
+    let tree = o.tree.clone().unwrap_or_else(|| ws.clone());
+    let want = |n: &str| o.only.as_deref().is_none_or(|x| x == n);
+    println!(
+        "# toolpilot load harness ({})",
+        if o.quick {
+            "quick mode: tiny counts, numbers are not meaningful"
+        } else {
+            "full run"
+        }
+    );
+    println!(
+        "\nMachine: {} cores, {}.",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/cpuinfo")
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .unwrap_or("")
+            .replace("model name\t: ", "")
+    );
+    rt.block_on(async {
+        if want("latency") {
+            latency(&o, dir.path(), &ws).await;
+        }
+        if want("throughput") {
+            throughput(&o, dir.path(), &ws).await;
+        }
+        if want("loop") {
+            tool_loop(&o, dir.path(), &ws).await;
+        }
+        if want("search") {
+            search(&o, dir.path(), &tree).await;
+        }
+        if want("memory") {
+            memory(&o, dir.path(), &ws).await;
+        }
+    });
+    if want("snapshot") {
+        snapshots(&tree, dir.path());
+    }
+}
