@@ -411,18 +411,6 @@ fn rg_common(args: &mut Vec<String>) {
     }
 }
 
-fn time_median(n: usize, mut f: impl FnMut()) -> Duration {
-    f(); // warm the page cache
-    let mut v: Vec<Duration> = (0..n)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .collect();
-    pct(&mut v, 0.5)
-}
-
 fn count_files(tree: &Path) -> usize {
     ignore::WalkBuilder::new(tree)
         .hidden(false)
@@ -456,124 +444,142 @@ async fn search(o: &Opts, dir: &Path, tree: &Path) {
             .unwrap();
     let engine = toolpilot::agent::Engine::new(cfg).unwrap();
     let env = engine.tool_env("bench", "", tokio_util::sync::CancellationToken::new());
-    let runs = if o.quick { 1 } else { 7 };
-    let call = |name: &str, a: Value| toolpilot::openai::ToolCall {
-        id: "b".into(),
-        name: name.into(),
-        arguments: a.to_string(),
-    };
+    let runs = if o.quick { 1 } else { 11 };
     let rt = tokio::runtime::Handle::current();
-    let ours = |name: &str, a: Value| {
-        let c = call(name, a);
-        let out = rt.block_on(engine.registry.dispatch(&c, &env, true));
-        out.content
+    let ours = |name: &str, a: Value| -> String {
+        let c = toolpilot::openai::ToolCall {
+            id: "b".into(),
+            name: name.into(),
+            arguments: a.to_string(),
+        };
+        rt.block_on(engine.registry.dispatch(&c, &env, true))
+            .content
     };
+    let run_rg = |args: &[String]| -> String {
+        let out = std::process::Command::new("rg")
+            .args(args)
+            .current_dir(tree)
+            .output()
+            .expect("run rg");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    println!(
+        "Each row: {runs} interleaved pairs (toolpilot, then ripgrep), after one warm-up of each; \
+         the ratio is the median of the per-pair ratios.\n"
+    );
     println!(
         "| search | toolpilot median | ripgrep median | ratio | toolpilot result | ripgrep result | equal |"
     );
     println!("|---|---|---|---|---|---|---|");
+    let row = |label: String, t: Timing, ours_res: String, rg_res: Option<String>| {
+        println!(
+            "| {label} | {} ms | {} | {} | {ours_res} | {} | {} |",
+            ms(t.ours),
+            t.rg.map_or("-".into(), |d| format!("{} ms", ms(d))),
+            t.ratio.map_or("-".into(), |r| format!("**{r:.2}**")),
+            rg_res.as_deref().unwrap_or("-"),
+            rg_res
+                .as_ref()
+                .map_or("-", |r| if *r == ours_res { "yes" } else { "**NO**" }),
+        );
+        if rg_res.is_some_and(|r| r != ours_res) {
+            eprintln!("{label}: results differ");
+        }
+    };
     for (label, query) in [
         ("full scan, no match", "xq7zzv_no_such_token"),
         ("full scan, rare match", "unsafe impl Send for"),
     ] {
+        let mut rg_args: Vec<String> = ["-i", "-n", "-C", "2", "-m", "100"]
+            .map(String::from)
+            .to_vec();
+        rg_common(&mut rg_args);
+        rg_args.extend(["-e".to_string(), query.to_string(), ".".to_string()]);
         let mut out = String::new();
-        let t_ours = tokio::task::block_in_place(|| {
-            time_median(runs, || out = ours("grep_search", json!({"query": query})))
+        let t = tokio::task::block_in_place(|| {
+            time_pairs(
+                runs,
+                || out = ours("grep_search", json!({"query": query})),
+                rg_version.is_some().then_some(|| {
+                    run_rg(&rg_args);
+                }),
+            )
         });
-        let (ours_lines, ours_files) = parse_grep_summary(&out);
-        let (t_rg, rg_res) = match &rg_version {
-            Some(_) => {
-                let mut a: Vec<String> = ["-i", "-n", "-C", "2", "-m", "100"]
-                    .map(String::from)
-                    .to_vec();
-                rg_common(&mut a);
-                a.extend(["-e".to_string(), query.to_string(), ".".to_string()]);
-                let mut captured = Vec::new();
-                let t = time_median(runs, || {
-                    captured = std::process::Command::new("rg")
-                        .args(&a)
-                        .current_dir(tree)
-                        .output()
-                        .unwrap()
-                        .stdout;
-                });
-                // Count matching lines and files (the -C output marks matches with ':').
-                let mut count_args: Vec<String> =
-                    ["-i", "-m", "100", "--count"].map(String::from).to_vec();
-                rg_common(&mut count_args);
-                count_args.extend(["-e".to_string(), query.to_string(), ".".to_string()]);
-                let counts = std::process::Command::new("rg")
-                    .args(&count_args)
-                    .current_dir(tree)
-                    .output()
-                    .unwrap()
-                    .stdout;
-                let text = String::from_utf8_lossy(&counts);
-                let files = text.lines().count();
-                let lines: usize = text
-                    .lines()
-                    .filter_map(|l| l.rsplit(':').next()?.parse::<usize>().ok())
-                    .sum();
-                (Some(t), Some((lines, files)))
-            }
-            None => (None, None),
-        };
-        let equal = rg_res.map(|r| r == (ours_lines, ours_files));
-        println!(
-            "| {label} (`{query}`) | {} ms | {} | {} | {ours_lines} lines in {ours_files} files | {} | {} |",
-            ms(t_ours),
-            t_rg.map_or("-".into(), |t| format!("{} ms", ms(t))),
-            t_rg.map_or("-".into(), |t| format!(
-                "**{:.2}**",
-                t_ours.as_secs_f64() / t.as_secs_f64()
-            )),
-            rg_res.map_or("-".into(), |(l, f)| format!("{l} lines in {f} files")),
-            equal.map_or("-", |e| if e { "yes" } else { "**NO**" }),
+        let (lines, files) = parse_grep_summary(&out);
+        let rg_res = rg_version.as_ref().map(|_| {
+            // Matching lines and files (-C output would mix in context lines).
+            let mut a: Vec<String> = ["-i", "-m", "100", "--count"].map(String::from).to_vec();
+            rg_common(&mut a);
+            a.extend(["-e".to_string(), query.to_string(), ".".to_string()]);
+            let text = run_rg(&a);
+            let lines: usize = text
+                .lines()
+                .filter_map(|l| l.rsplit(':').next()?.parse::<usize>().ok())
+                .sum();
+            format!("{lines} lines in {} files", text.lines().count())
+        });
+        row(
+            format!("{label} (`{query}`)"),
+            t,
+            format!("{lines} lines in {files} files"),
+            rg_res,
         );
-        if equal == Some(false) {
-            eprintln!(
-                "grep results differ: toolpilot {ours_lines}/{ours_files}, ripgrep {rg_res:?}"
-            );
+    }
+    let mut rg_args: Vec<String> = ["--files", "--iglob", "*.rs"].map(String::from).to_vec();
+    rg_common(&mut rg_args);
+    let mut out = String::new();
+    let mut rg_out = String::new();
+    let t = tokio::task::block_in_place(|| {
+        time_pairs(
+            runs,
+            || out = ours("file_glob_search", json!({"pattern": "*.rs"})),
+            rg_version.is_some().then_some(|| rg_out = run_rg(&rg_args)),
+        )
+    });
+    row(
+        "glob `*.rs`".into(),
+        t,
+        format!("{} files", parse_glob_total(&out)),
+        rg_version
+            .as_ref()
+            .map(|_| format!("{} files", rg_out.lines().count())),
+    );
+}
+
+struct Timing {
+    ours: Duration,
+    rg: Option<Duration>,
+    ratio: Option<f64>,
+}
+
+/// Times `ours` and `theirs` alternately, `n` pairs after one warm-up of each (which also fills
+/// the page cache), so slow phases of a noisy machine hit both sides.
+fn time_pairs(n: usize, mut ours: impl FnMut(), mut theirs: Option<impl FnMut()>) -> Timing {
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed()
+    };
+    ours();
+    if let Some(f) = theirs.as_mut() {
+        f();
+    }
+    let (mut a, mut b, mut r) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let x = time(&mut ours);
+        a.push(x);
+        if let Some(f) = theirs.as_mut() {
+            let y = time(f);
+            b.push(y);
+            r.push(x.as_secs_f64() / y.as_secs_f64());
         }
     }
-    let mut out = String::new();
-    let t_ours = tokio::task::block_in_place(|| {
-        time_median(runs, || {
-            out = ours("file_glob_search", json!({"pattern": "*.rs"}))
-        })
-    });
-    let ours_n = parse_glob_total(&out);
-    let (t_rg, rg_n) = match &rg_version {
-        Some(_) => {
-            let mut a: Vec<String> = ["--files", "--iglob", "*.rs"].map(String::from).to_vec();
-            rg_common(&mut a);
-            let mut captured = Vec::new();
-            let t = time_median(runs, || {
-                captured = std::process::Command::new("rg")
-                    .args(&a)
-                    .current_dir(tree)
-                    .output()
-                    .unwrap()
-                    .stdout;
-            });
-            (
-                Some(t),
-                Some(String::from_utf8_lossy(&captured).lines().count()),
-            )
-        }
-        None => (None, None),
-    };
-    println!(
-        "| glob `*.rs` | {} ms | {} | {} | {ours_n} files | {} | {} |",
-        ms(t_ours),
-        t_rg.map_or("-".into(), |t| format!("{} ms", ms(t))),
-        t_rg.map_or("-".into(), |t| format!(
-            "**{:.2}**",
-            t_ours.as_secs_f64() / t.as_secs_f64()
-        )),
-        rg_n.map_or("-".into(), |n| format!("{n} files")),
-        rg_n.map_or("-", |n| if n == ours_n { "yes" } else { "**NO**" }),
-    );
+    r.sort_by(f64::total_cmp);
+    Timing {
+        ours: pct(&mut a, 0.5),
+        rg: (!b.is_empty()).then(|| pct(&mut b, 0.5)),
+        ratio: r.get(r.len() / 2).copied(),
+    }
 }
 
 fn parse_grep_summary(out: &str) -> (usize, usize) {

@@ -154,10 +154,10 @@ pub fn search(env: &ToolEnv, matcher: &RegexMatcher) -> Result<Found, ToolError>
                 }
                 return WalkState::Continue;
             }
-            let Some(path) = ws.walked(entry.path()) else {
+            let Ok(rel) = entry.path().strip_prefix(ws.root()) else {
                 return WalkState::Continue;
             };
-            let file = match ws.open_file(&path, "") {
+            let file = match ws.open_walked(rel) {
                 Ok(f) => f,
                 Err(_) => {
                     if let Ok(mut s) = shared.lock() {
@@ -183,7 +183,12 @@ pub fn search(env: &ToolEnv, matcher: &RegexMatcher) -> Result<Found, ToolError>
             if let Ok(mut s) = shared.lock() {
                 s.found.total_matches += sink.hits.matches;
                 s.found.total_files += 1;
-                keep(&mut s, path.display(), sink.hits, max_results);
+                keep(
+                    &mut s,
+                    walk::rel_display(ws, entry.path()),
+                    sink.hits,
+                    max_results,
+                );
             }
             WalkState::Continue
         })

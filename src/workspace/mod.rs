@@ -349,6 +349,13 @@ impl Workspace {
         Ok(file)
     }
 
+    /// Opens a file a walk found, by its root-relative path, for reading. Unlike
+    /// [`Workspace::open_file`] it does not check the file type again (the walk just did); the
+    /// open is still confined beneath the root, so a path swapped for a link meanwhile is refused.
+    pub fn open_walked(&self, rel: &Path) -> io::Result<File> {
+        Ok(self.dir.open(rel)?.into_std())
+    }
+
     /// Opens a directory beneath the root.
     pub fn open_dir(&self, p: &WorkspacePath, raw: &str) -> Result<Dir, PathError> {
         if p.is_root() {

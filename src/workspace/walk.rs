@@ -65,9 +65,16 @@ pub fn builder(
             return true;
         }
         match entry.path().strip_prefix(&root) {
-            Ok(rel) if !rel.as_os_str().is_empty() => !sensitive
-                .matched_path_or_any_parents(rel, is_dir)
-                .is_ignore(),
+            // Sensitive directories are pruned here, so below the start of the walk only the
+            // entry itself needs checking; above it, its parents too.
+            Ok(rel) if !rel.as_os_str().is_empty() => {
+                let m = if entry.depth() > 1 {
+                    sensitive.matched(rel, is_dir)
+                } else {
+                    sensitive.matched_path_or_any_parents(rel, is_dir)
+                };
+                !m.is_ignore()
+            }
             _ => true,
         }
     });
@@ -78,4 +85,48 @@ pub fn builder(
 pub fn rel_display(ws: &Workspace, path: &Path) -> String {
     let rel = path.strip_prefix(ws.root()).unwrap_or(path);
     rel.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file a search walk from `start` yields, sorted.
+    fn walked(ws: &Workspace, start: &str) -> Vec<String> {
+        let start = ws.resolve(start).unwrap();
+        let mut v: Vec<String> = builder(ws, &start, &[], Visibility::Search)
+            .unwrap()
+            .build()
+            .flatten()
+            .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+            .map(|e| rel_display(ws, e.path()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn sensitive_files_are_skipped_at_every_depth_and_from_any_start() {
+        let tmp = tempfile::tempdir().unwrap();
+        for f in [
+            "src/ok.rs",
+            "src/x.pem",
+            "src/deep/er/y.pem",
+            "keys/a/b.txt",
+            "private/z/w.txt",
+            "nested/keys/c.txt",
+        ] {
+            let p = tmp.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "x\n").unwrap();
+        }
+        let patterns = ["keys/", "*.pem", "private/**"].map(String::from);
+        let ws = Workspace::open(tmp.path(), &patterns).unwrap();
+        assert_eq!(walked(&ws, "."), ["src/ok.rs"]);
+        assert_eq!(walked(&ws, "src"), ["src/ok.rs"]);
+        // A walk that starts inside a sensitive folder still yields nothing from it.
+        assert!(walked(&ws, "keys/a").is_empty());
+        assert!(walked(&ws, "private/z").is_empty());
+        assert!(walked(&ws, "nested").is_empty());
+    }
 }
