@@ -14,7 +14,7 @@ use ignore::WalkState;
 use serde_json::json;
 
 use super::args::Args;
-use super::read::group;
+use super::read::{count, group};
 use super::{Invocation, Target, Tool, ToolEnv, ToolError, blocking};
 use crate::policy::{Level, reference_default};
 use crate::workspace::walk::{self, Visibility};
@@ -109,7 +109,6 @@ pub fn find_files(env: &ToolEnv, glob: &PathGlob) -> Result<Found, ToolError> {
     let found = Mutex::new(Vec::new());
     let stop = AtomicBool::new(false);
     let deadline = Instant::now() + env.config.search_timeout;
-    let root = ws.root();
     b.build_parallel().run(|| {
         Box::new(|entry| {
             let Ok(entry) = entry else {
@@ -122,7 +121,7 @@ pub fn find_files(env: &ToolEnv, glob: &PathGlob) -> Result<Found, ToolError> {
                 }
                 return WalkState::Continue;
             }
-            let Ok(rel) = entry.path().strip_prefix(root) else {
+            let Some(rel) = ws.rel_of(entry.path()) else {
                 return WalkState::Continue;
             };
             let rel = rel.to_string_lossy();
@@ -157,9 +156,9 @@ fn render(found: &Found, pattern: &str, max: usize) -> String {
     let mut out = shown.join("\n");
     if found.paths.len() > max {
         out.push_str(&format!(
-            "\n[{} more files match but are not shown (capped at {max}, {} in all). Use a more \
+            "\n[{} not shown (capped at {max}, {} in all). Use a more \
              specific pattern, for example one limited to a folder.]",
-            group((found.paths.len() - max) as u64),
+            count((found.paths.len() - max) as u64, "more matching file"),
             group(found.paths.len() as u64)
         ));
     }

@@ -425,6 +425,15 @@ pub fn binary_kind(head: &[u8]) -> Option<&'static str> {
 }
 
 /// 1234567 → "1,234,567".
+/// `n` with digit grouping and the noun in singular or plural: `1 file`, `2,048 files`.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{} {noun}s", group(n))
+    }
+}
+
 pub fn group(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
@@ -446,6 +455,9 @@ mod tests {
         assert_eq!(group(0), "0");
         assert_eq!(group(999), "999");
         assert_eq!(group(1000), "1,000");
+        assert_eq!(count(1, "file"), "1 file");
+        assert_eq!(count(0, "file"), "0 files");
+        assert_eq!(count(2048, "line"), "2,048 lines");
         assert_eq!(group(1234567), "1,234,567");
     }
 

@@ -64,10 +64,10 @@ pub fn builder(
         if !skip_sensitive {
             return true;
         }
-        match entry.path().strip_prefix(&root) {
+        match super::rel_under(&root, entry.path()) {
             // Sensitive directories are pruned here, so below the start of the walk only the
             // entry itself needs checking; above it, its parents too.
-            Ok(rel) if !rel.as_os_str().is_empty() => {
+            Some(rel) if !rel.as_os_str().is_empty() => {
                 let m = if entry.depth() > 1 {
                     sensitive.matched(rel, is_dir)
                 } else {
@@ -83,8 +83,10 @@ pub fn builder(
 
 /// The workspace-relative, `/`-separated form of a walked path.
 pub fn rel_display(ws: &Workspace, path: &Path) -> String {
-    let rel = path.strip_prefix(ws.root()).unwrap_or(path);
-    rel.to_string_lossy().into_owned()
+    ws.rel_of(path)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]

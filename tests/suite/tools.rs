@@ -546,7 +546,7 @@ async fn file_glob_search_says_how_many_matches_it_left_out() {
     .await;
     assert_eq!(
         out[0],
-        "lib.rs\nsrc/App.RS\n[2 more files match but are not shown (capped at 2, 4 in all). Use \
+        "lib.rs\nsrc/App.RS\n[2 more matching files not shown (capped at 2, 4 in all). Use \
          a more specific pattern, for example one limited to a folder.]"
     );
 }
@@ -581,6 +581,20 @@ fn grep_workspace() -> Builder {
         .file(".env", "NEEDLE_KEY=hunter2\n")
         .file("deploy/prod.env", "needle=SECRET_TOKEN_123\n")
         .file("keys/k.txt", "needle private key\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grep_search_skips_files_over_the_size_limit() {
+    let big = format!("needle at the top\n{}", "padding line\n".repeat(400));
+    let (_s, out) = run_calls(
+        TestServer::builder()
+            .file("small.txt", "needle\n")
+            .file("big.log", big)
+            .config("[tools]\ngrep_max_file_bytes = 4096"),
+        &[("grep_search", json!({"query": "needle"}))],
+    )
+    .await;
+    assert_eq!(out[0], "small.txt\n1:needle\n[1 matching line in 1 file]");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -642,7 +656,7 @@ src/b.rs
 4:    let y = 2;
 5-    let z = 3;
 6-    let w = 4;
-[2 matching lines in 1 files]"
+[2 matching lines in 1 file]"
     );
     for o in all_tool_messages(&s) {
         for leak in [
