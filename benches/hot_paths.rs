@@ -127,8 +127,7 @@ fn rewrite(c: &mut Criterion) {
         .tools()
         .map(toolpilot::tools::spec_json)
         .collect();
-    let specs =
-        serde_json::value::RawValue::from_string(serde_json::to_string(&specs).unwrap()).unwrap();
+    let specs = bytes::Bytes::from(serde_json::to_vec(&specs).unwrap());
     let mut g = c.benchmark_group("request");
     g.throughput(Throughput::Bytes(body.len() as u64));
     g.bench_function("parse_validate_3kb_agent_body", |b| {

@@ -18,7 +18,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use serde_json::Value;
-use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
@@ -36,7 +35,7 @@ use crate::tools::edit::ApplyModel;
 use crate::tools::registry::{Outcome, Status};
 use crate::tools::{Registry, ToolEnv, spec_json};
 use crate::upstream::accumulate::{Accumulator, Piece, Round};
-use crate::upstream::{Upstream, UpstreamError, demo};
+use crate::upstream::{RequestBody, Upstream, UpstreamError, demo};
 use crate::workspace::Workspace;
 
 /// What a run reports, in order. The last event is `Done` or `Failed`.
@@ -262,8 +261,9 @@ impl RunError {
 /// Which tool names the model is offered, and who executes them.
 #[derive(Clone)]
 struct Offer {
-    /// Specs sent upstream, serialised once per run (`None`: no tools).
-    specs: Option<Arc<RawValue>>,
+    /// The `tools` array sent upstream, serialised once (per engine for the default set, per
+    /// run otherwise) and shared by every request body (`None`: no tools).
+    specs: Option<Bytes>,
     /// Executed here.
     server: Arc<HashSet<String>>,
     /// Passed back to the client.
@@ -273,11 +273,7 @@ struct Offer {
 }
 
 impl Offer {
-    fn finish(
-        server: HashSet<String>,
-        client: HashSet<String>,
-        specs: Option<Arc<RawValue>>,
-    ) -> Offer {
+    fn finish(server: HashSet<String>, client: HashSet<String>, specs: Option<Bytes>) -> Offer {
         let names = server.iter().chain(client.iter()).cloned().collect();
         Offer {
             specs,
@@ -340,12 +336,11 @@ impl Offer {
 }
 
 /// The `tools` array, serialised once.
-fn raw_specs(specs: &[&Value]) -> Option<Arc<RawValue>> {
+fn raw_specs(specs: &[&Value]) -> Option<Bytes> {
     if specs.is_empty() {
         return None;
     }
-    let text = serde_json::to_string(specs).ok()?;
-    RawValue::from_string(text).ok().map(Arc::from)
+    serde_json::to_vec(specs).ok().map(Bytes::from)
 }
 
 struct Run<'a> {
@@ -451,7 +446,7 @@ impl Run<'_> {
                 &model,
                 &messages,
                 if tools_allowed {
-                    offer.specs.as_deref()
+                    offer.specs.as_ref()
                 } else {
                     None
                 },
@@ -558,7 +553,7 @@ impl Run<'_> {
     /// failed attempt was forwarded to the client.
     async fn round_with_retries(
         &self,
-        body: &Bytes,
+        body: &RequestBody,
         tool_names: &Arc<HashSet<String>>,
         tail: &mut TextTail,
     ) -> Result<Round, RunError> {
@@ -592,7 +587,7 @@ impl Run<'_> {
 
     async fn one_round(
         &self,
-        body: &Bytes,
+        body: &RequestBody,
         tool_names: &Arc<HashSet<String>>,
         tail: &mut TextTail,
         forwarded: &mut bool,
@@ -769,7 +764,7 @@ impl ApplyModel for UpstreamApply {
             });
             let mut stream = engine
                 .upstream
-                .start(Bytes::from(body.to_string()))
+                .start(RequestBody::from(body.to_string()))
                 .await
                 .map_err(|e| e.to_string())?;
             let mut acc = Accumulator::new();
@@ -855,16 +850,16 @@ fn backoff(attempt: u32, retry_after: Option<Duration>, base: Duration, cap: Dur
 
 /// The upstream request for one round, serialised: the client's fields, our model, the
 /// conversation so far and the offered tools (none on the final round). Written directly from
-/// borrowed parts: no copy of the conversation or of the tool specs is made.
+/// borrowed parts; the tool specs are shared, not copied (see [`RequestBody`]).
 pub fn build_body(
     req: &ChatRequest,
     model: &str,
     messages: &[Value],
-    tools: Option<&RawValue>,
+    tools: Option<&Bytes>,
     request_usage: bool,
-) -> Bytes {
+) -> RequestBody {
     use serde::ser::{SerializeMap, Serializer};
-    let mut out = Vec::with_capacity(1024 + tools.map_or(0, |t| t.get().len()));
+    let mut out = Vec::with_capacity(1024);
     let mut ser = serde_json::Serializer::new(&mut out);
     let write = (|| -> Result<(), serde_json::Error> {
         let mut m = ser.serialize_map(None)?;
@@ -884,15 +879,24 @@ pub fn build_body(
                 &serde_json::json!({"include_usage": true}),
             )?;
         }
-        if let Some(t) = tools {
-            m.serialize_entry("tools", t)?;
-        }
         m.end()
     })();
     if let Err(e) = write {
         tracing::error!(error = %e, "cannot serialise the upstream request");
     }
-    Bytes::from(out)
+    match tools {
+        // `{…}` becomes `{…,"tools":` + the shared specs + `}`; the map always has `model`.
+        Some(specs) if out.last() == Some(&b'}') => {
+            out.pop();
+            out.extend_from_slice(b",\"tools\":");
+            RequestBody::from_parts(vec![
+                Bytes::from(out),
+                specs.clone(),
+                Bytes::from_static(b"}"),
+            ])
+        }
+        _ => RequestBody::from(Bytes::from(out)),
+    }
 }
 
 #[cfg(test)]

@@ -8,18 +8,22 @@
 //! module never touches the filesystem.
 
 pub mod accumulate;
+pub mod body;
 pub mod demo;
 pub mod sse;
 pub mod textcalls;
 
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use bytes::Bytes;
+use futures_util::StreamExt;
+
+use axum::http::StatusCode;
 use serde_json::Value;
 
 use crate::config::UpstreamConfig;
 use crate::error::ApiError;
+pub use body::RequestBody;
 use sse::SseDecoder;
 
 /// Why an upstream round failed.
@@ -121,11 +125,11 @@ impl Upstream {
     }
 
     /// Sends one round. `body` is the complete chat-completions request, serialised.
-    pub async fn start(&self, body: Bytes) -> Result<RoundStream, UpstreamError> {
+    pub async fn start(&self, body: RequestBody) -> Result<RoundStream, UpstreamError> {
         match self {
             Upstream::Http(h) => h.start(body).await.map(|r| RoundStream::Http(Box::new(r))),
             Upstream::Demo => {
-                let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let v: Value = serde_json::from_slice(&body.to_bytes()).unwrap_or(Value::Null);
                 Ok(RoundStream::Demo(demo::respond(&v).into()))
             }
         }
@@ -153,7 +157,7 @@ impl RoundStream {
                 return;
             }
             let _ = tokio::time::timeout(grace, async {
-                while let Ok(Some(_)) = h.response.chunk().await {}
+                while let Some(Ok(_)) = h.body.next().await {}
             })
             .await;
         }
@@ -175,8 +179,14 @@ pub struct HttpUpstream {
     cfg: UpstreamConfig,
 }
 
+/// The body of an upstream response, without its head: the response headers share the
+/// connection's read buffer, so keeping them for a long stream would pin that buffer and make
+/// every later read allocate another.
+type BodyStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
 pub struct HttpRound {
-    response: reqwest::Response,
+    body: BodyStream,
     decoder: SseDecoder,
     /// The server answered with a JSON body instead of an event stream.
     json_body: bool,
@@ -257,7 +267,7 @@ impl HttpUpstream {
         }
     }
 
-    async fn start(&self, bytes: Bytes) -> Result<HttpRound, UpstreamError> {
+    async fn start(&self, body: RequestBody) -> Result<HttpRound, UpstreamError> {
         let started = Instant::now();
         let send = self
             .request(reqwest::Method::POST, &self.chat_url)
@@ -266,7 +276,7 @@ impl HttpUpstream {
                 reqwest::header::ACCEPT,
                 "text/event-stream, application/json",
             )
-            .body(bytes)
+            .body(body.into_reqwest())
             .send();
         let first_byte = self.cfg.first_byte_timeout.min(self.cfg.total_timeout);
         let response = match tokio::time::timeout(first_byte, send).await {
@@ -295,7 +305,7 @@ impl HttpUpstream {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.starts_with("application/json"));
         Ok(HttpRound {
-            response,
+            body: Box::pin(response.bytes_stream()),
             decoder: SseDecoder::new(),
             json_body,
             json_buf: Vec::new(),
@@ -361,7 +371,7 @@ impl HttpRound {
                 });
             }
             let wait = self.idle.min(self.deadline - now);
-            match tokio::time::timeout(wait, self.response.chunk()).await {
+            match tokio::time::timeout(wait, self.body.next()).await {
                 Err(_) if wait < self.idle => {
                     return Err(UpstreamError::Timeout {
                         phase: "finish its answer",
@@ -374,15 +384,15 @@ impl HttpRound {
                         secs: self.idle.as_secs_f64(),
                     });
                 }
-                Ok(Err(e)) => return Err(UpstreamError::Body(error_chain(&e))),
-                Ok(Ok(None)) => {
+                Ok(Some(Err(e))) => return Err(UpstreamError::Body(error_chain(&e))),
+                Ok(None) => {
                     self.ended = true;
                     if self.json_body {
                         let body = std::mem::take(&mut self.json_buf);
                         return Ok(Some((None, String::from_utf8_lossy(&body).into_owned())));
                     }
                 }
-                Ok(Ok(Some(bytes))) => {
+                Ok(Some(Ok(bytes))) => {
                     self.received += bytes.len();
                     if self.received > self.max_bytes {
                         return Err(UpstreamError::TooLarge(self.max_bytes));

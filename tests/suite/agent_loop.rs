@@ -341,6 +341,12 @@ async fn without_client_tools_the_default_set_is_offered() {
         !names.contains(&"grep_search".to_string()),
         "disabled tools are never offered: {names:?}"
     );
+    // The body (sent in parts around the shared tool specs) has an exact length, not chunks.
+    let headers = &s.requests()[0].headers;
+    let sent = serde_json::to_vec(&s.requests()[0].body).unwrap().len();
+    let declared: usize = headers["content-length"].as_str().unwrap().parse().unwrap();
+    assert!(declared >= sent, "content-length {declared} < body {sent}");
+    assert!(headers.get("transfer-encoding").is_none(), "{headers}");
     // A disabled tool declared by the client is not offered either.
     let s = TestServer::builder()
         .script(json!({"rounds": [{"text": "ok"}]}))

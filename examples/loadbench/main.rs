@@ -15,6 +15,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod wire;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -283,41 +285,43 @@ async fn throughput(o: &Opts, dir: &Path, ws: &Path) {
             ("mock directly", mock.url.clone()),
             ("via toolpilot", tp.url.clone()),
         ] {
-            let c = client();
             let secs = if o.quick { 1 } else { 10 };
             let stop = Arc::new(AtomicBool::new(false));
             let errors = Arc::new(AtomicU64::new(0));
-            let mut tasks = Vec::new();
-            // Warm-up.
-            for _ in 0..clients.min(64) {
-                request(&c, &url, &body).await;
+            let addr = url
+                .trim_start_matches("http://")
+                .split('/')
+                .next()
+                .unwrap()
+                .to_string();
+            let path = format!(
+                "{}/chat/completions",
+                url.trim_start_matches("http://").trim_start_matches(&addr)
+            );
+            let req: Arc<[u8]> = wire::post(&addr, &path, &body.to_string()).into();
+            // Open the connections and warm them up before the clock starts.
+            let mut conns = Vec::new();
+            for _ in 0..clients {
+                let mut conn = wire::Conn::new(&addr);
+                conn.exchange(&req, b"[DONE]").await.unwrap();
+                conns.push(conn);
             }
             let cpu0 = cpu_time(tp.pid);
             let t = Instant::now();
-            for _ in 0..clients {
-                let (c, url, body, stop, errors) = (
-                    c.clone(),
-                    url.clone(),
-                    body.clone(),
-                    Arc::clone(&stop),
-                    Arc::clone(&errors),
-                );
+            let mut tasks = Vec::new();
+            for mut conn in conns {
+                let (req, stop, errors) =
+                    (Arc::clone(&req), Arc::clone(&stop), Arc::clone(&errors));
                 tasks.push(tokio::spawn(async move {
                     let mut lat = Vec::new();
                     while !stop.load(Ordering::Relaxed) {
                         let t = Instant::now();
-                        match c
-                            .post(format!("{url}/chat/completions"))
-                            .body(body.to_string())
-                            .send()
-                            .await
-                        {
-                            Ok(mut r) => {
-                                while let Ok(Some(_)) = r.chunk().await {}
-                                lat.push(t.elapsed());
-                            }
-                            Err(_) => {
-                                errors.fetch_add(1, Ordering::Relaxed);
+                        match conn.exchange(&req, b"[DONE]").await {
+                            Ok(()) => lat.push(t.elapsed()),
+                            Err(e) => {
+                                if errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                                    eprintln!("{label}: {e}");
+                                }
                             }
                         }
                     }
