@@ -272,7 +272,7 @@ async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
     );
     let mut stdout = std::io::stdout();
     let mut ended_with_newline = true;
-    while let Some(ev) = handle.events.recv().await {
+    while let Some(ev) = handle.recv().await {
         match ev {
             RunEvent::Content(t) => {
                 let _ = stdout.write_all(t.as_bytes());

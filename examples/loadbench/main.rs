@@ -743,6 +743,10 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let ws = std::env::current_dir().unwrap();
     let tree = o.tree.clone().unwrap_or_else(|| ws.clone());
+    let tree = std::fs::canonicalize(&tree).unwrap_or_else(|e| {
+        eprintln!("loadbench: the tree {} cannot be used: {e}", tree.display());
+        std::process::exit(2);
+    });
     let want = |n: &str| o.only.as_deref().is_none_or(|x| x == n);
     println!(
         "# toolpilot load harness ({})",

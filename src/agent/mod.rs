@@ -1,10 +1,13 @@
 //! The agent loop: upstream round → tool calls → policy → tools → repeat, until the model
 //! answers without calling a server-side tool.
 //!
-//! [`Engine::start`] spawns one run and returns a [`RunHandle`] whose channel carries
-//! [`RunEvent`]s in order; the HTTP layer turns them into SSE or a JSON body, the `run`
-//! command into terminal output. Dropping the handle cancels the run: the upstream request is
-//! dropped (closing its connection) and running tools see the cancellation token.
+//! [`Engine::start`] creates one run and returns a [`RunHandle`] that yields [`RunEvent`]s in
+//! order; the HTTP layer turns them into SSE or a JSON body, the `run` command into terminal
+//! output. The run is not a task of its own: the handle drives it while its owner waits for
+//! the next event, so a request is served on one task with no cross-thread hand-off (about a
+//! third of the added latency of a stream, see BENCHMARKS.md). Dropping the handle cancels the
+//! run: the upstream request is dropped (closing its connection) and running tools see the
+//! cancellation token.
 //!
 //! Invariants: a retry only happens when nothing of the failed attempt reached the client;
 //! every assistant tool call in the conversation is followed by exactly one tool message; a
@@ -12,7 +15,10 @@
 //! `agent.max_rounds + 1` upstream requests.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -79,11 +85,67 @@ pub struct RunOptions {
     pub live: bool,
 }
 
-/// A running conversation. Dropping it cancels the run.
+/// A running conversation, driven by whoever waits for its events. Dropping it cancels the
+/// run.
 pub struct RunHandle {
-    pub events: mpsc::Receiver<RunEvent>,
+    events: mpsc::Receiver<RunEvent>,
+    /// The run itself; `None` once it has finished (its remaining events are still queued).
+    driver: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    span: tracing::Span,
     pub run_id: String,
     _cancel: DropGuard,
+}
+
+impl RunHandle {
+    /// The next event, or `None` after the last one. Makes the run progress while waiting.
+    pub async fn recv(&mut self) -> Option<RunEvent> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// An event that is ready without waiting: the run is polled once, so whatever it can
+    /// produce right now (say, the rest of an upstream read) is collected.
+    pub fn try_recv(&mut self) -> Option<RunEvent> {
+        let waker = std::task::Waker::noop();
+        match self.poll_recv(&mut Context::from_waker(waker)) {
+            Poll::Ready(ev) => ev,
+            // The run registered a no-op waker; the owner's next `recv` polls it again with
+            // a real one before waiting.
+            Poll::Pending => None,
+        }
+    }
+
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
+        loop {
+            if let Poll::Ready(ev) = self.events.poll_recv(cx) {
+                return Poll::Ready(ev);
+            }
+            let Some(driver) = self.driver.as_mut() else {
+                // Finished: the sender is gone, so the channel has answered `None` above.
+                return Poll::Pending;
+            };
+            match driver.as_mut().poll(cx) {
+                // Its last events are queued; read them on the next turn.
+                Poll::Ready(()) => self.driver = None,
+                Poll::Pending => {
+                    // Polling may have queued events (the channel does not wake its own
+                    // receiver's current poll), so look once more before waiting.
+                    return match self.events.poll_recv(cx) {
+                        Poll::Ready(ev) => Poll::Ready(ev),
+                        Poll::Pending => Poll::Pending,
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl Drop for RunHandle {
+    fn drop(&mut self) {
+        if self.driver.take().is_some() {
+            self.span
+                .in_scope(|| tracing::info!("run cancelled: the client went away"));
+        }
+    }
 }
 
 /// Everything a run needs, shared by all runs of a server.
@@ -156,33 +218,26 @@ impl Engine {
         let token = cancel.clone();
         let run_id = opts.run_id.clone();
         let span = tracing::info_span!("run", run_id = %run_id);
-        tokio::spawn(
-            async move {
-                let run = Run {
-                    engine: &engine,
-                    engine_arc: Arc::clone(&engine),
-                    opts: &opts,
-                    tx: &tx,
-                    cancel: &token,
-                };
-                tokio::select! {
-                    _ = token.cancelled() => {
-                        tracing::info!("run cancelled: the client went away");
-                    }
-                    r = run.run(req) => {
-                        if let Err(e) = r {
-                            if !matches!(e, RunError::ClientGone) {
-                                tracing::warn!(error = %e.message(), "run failed");
-                                let _ = tx.send(RunEvent::Failed(e.into_api())).await;
-                            }
-                        }
-                    }
+        let driver = async move {
+            let run = Run {
+                engine: &engine,
+                engine_arc: Arc::clone(&engine),
+                opts: &opts,
+                tx: &tx,
+                cancel: &token,
+            };
+            if let Err(e) = run.run(req).await {
+                if !matches!(e, RunError::ClientGone) {
+                    tracing::warn!(error = %e.message(), "run failed");
+                    let _ = tx.send(RunEvent::Failed(e.into_api())).await;
                 }
             }
-            .instrument(span),
-        );
+        }
+        .instrument(span.clone());
         RunHandle {
             events: rx,
+            driver: Some(Box::pin(driver)),
+            span,
             run_id,
             _cancel: cancel.drop_guard(),
         }

@@ -86,7 +86,7 @@ async fn collect_response(mut handle: RunHandle, enc: ChunkEncoder) -> Response 
     let mut content = String::new();
     let mut reasoning = String::new();
     let mut calls: Vec<ToolCall> = Vec::new();
-    while let Some(ev) = handle.events.recv().await {
+    while let Some(ev) = handle.recv().await {
         match ev {
             RunEvent::Content(t) => content.push_str(&t),
             RunEvent::Reasoning(t) => reasoning.push_str(&t),
@@ -182,11 +182,11 @@ impl Outbound {
         }
         let first = match self.pending.take() {
             Some(ev) => Some(ev),
-            None if !out.is_empty() => match self.handle.events.try_recv() {
-                Ok(ev) => Some(ev),
-                Err(_) => return Some(out.freeze()),
+            None if !out.is_empty() => match self.handle.try_recv() {
+                Some(ev) => Some(ev),
+                None => return Some(out.freeze()),
             },
-            None => match tokio::time::timeout(self.keepalive, self.handle.events.recv()).await {
+            None => match tokio::time::timeout(self.keepalive, self.handle.recv()).await {
                 Err(_) => return Some(Bytes::from_static(KEEPALIVE)),
                 Ok(ev) => ev,
             },
@@ -203,14 +203,14 @@ impl Outbound {
         }
         // Coalesce what is already waiting into one write.
         while out.len() < 32 * 1024 {
-            match self.handle.events.try_recv() {
-                Ok(ev) => {
+            match self.handle.try_recv() {
+                Some(ev) => {
                     if self.encode(ev, &mut out) {
                         self.finished = true;
                         break;
                     }
                 }
-                Err(_) => break,
+                None => break,
             }
         }
         Some(out.freeze())
@@ -227,7 +227,7 @@ async fn stream_response(
     // a real HTTP status. A slow upstream (a local model reading a long prompt) must not keep
     // the client without response headers for long, though: after one keep-alive interval the
     // stream starts anyway and later errors arrive as an error event.
-    let first = match tokio::time::timeout(keepalive, handle.events.recv()).await {
+    let first = match tokio::time::timeout(keepalive, handle.recv()).await {
         Ok(None) => return run_ended_early().into_response(),
         Ok(Some(RunEvent::Failed(e))) => return e.into_response(),
         Ok(Some(ev)) => Some(ev),
