@@ -51,6 +51,7 @@ pub struct Config {
     pub tools: ToolsConfig,
     pub policy: PolicyConfig,
     pub terminal: TerminalConfig,
+    pub approvals: ApprovalsConfig,
     /// Gitignore-style patterns of files tools refuse to read (Continue's list by default).
     pub sensitive_files: Vec<String>,
 }
@@ -69,6 +70,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Longest silence on a stream before a keep-alive comment is sent.
     pub keepalive: Duration,
+    /// Where streamed responses show server-side tool activity.
+    pub progress: Progress,
 }
 
 #[derive(Debug, Clone)]
@@ -89,6 +92,37 @@ pub struct UpstreamConfig {
     /// Ask the upstream for a usage chunk (`stream_options.include_usage`).
     pub request_usage: bool,
     pub max_response_bytes: usize,
+}
+
+/// Where a stream shows what toolpilot does between the model's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// `reasoning_content` deltas: clients show them as the model's thinking.
+    Reasoning,
+    /// Visible lines in the answer's text.
+    Text,
+    /// SSE comment lines (`: toolpilot: …`), which clients ignore.
+    Comments,
+    /// Nothing.
+    None,
+}
+
+/// What happens to a call whose policy is `ask` (unless `--yes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalMode {
+    /// The run waits for an approval over HTTP (`/v1/approvals`) or in the console, up to
+    /// `timeout`; then the call is denied and the model told why.
+    Wait,
+    /// The call is refused at once; the model is told it needs approval.
+    Deny,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApprovalsConfig {
+    pub mode: ApprovalMode,
+    pub timeout: Duration,
+    /// Hand calls that need approval to a client that declared the same tool.
+    pub handoff: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -177,6 +211,10 @@ pub struct PolicyConfig {
     pub command_defaults: bool,
     /// What an otherwise allowed command becomes without a sandbox.
     pub unsandboxed: Level,
+    /// Allow rules from "always allow" answers (not from the config file). They rank above
+    /// `ask` rules and protected paths, since the user approved exactly these calls; `deny`
+    /// and sensitive files still win.
+    pub approved: Vec<String>,
 }
 
 impl Default for ToolsConfig {
@@ -209,7 +247,16 @@ struct ConfigFile {
     tools: Option<ToolsFile>,
     policy: Option<PolicyFile>,
     terminal: Option<TerminalFile>,
+    approvals: Option<ApprovalsFile>,
     sensitive_files: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ApprovalsFile {
+    mode: Option<String>,
+    timeout_secs: Option<f64>,
+    handoff: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -241,6 +288,7 @@ struct ServerFile {
     allowed_origins: Option<Vec<String>>,
     max_body_bytes: Option<usize>,
     keepalive_secs: Option<f64>,
+    progress: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -393,6 +441,17 @@ impl Config {
             allowed_origins: s.allowed_origins.unwrap_or_default(),
             max_body_bytes: positive("server.max_body_bytes", s.max_body_bytes, 16 * 1024 * 1024)?,
             keepalive: secs("server.keepalive_secs", s.keepalive_secs, 5.0)?,
+            progress: match s.progress.as_deref() {
+                None | Some("comments") => Progress::Comments,
+                Some("reasoning") => Progress::Reasoning,
+                Some("text") => Progress::Text,
+                Some("none") => Progress::None,
+                Some(other) => {
+                    return Err(err(format!(
+                        "server.progress: {other:?} is not one of \"reasoning\", \"text\", \"comments\", \"none\""
+                    )));
+                }
+            },
         };
 
         let u = file.upstream.unwrap_or_default();
@@ -600,6 +659,7 @@ impl Config {
             commands: p.commands.unwrap_or_default(),
             command_defaults: tf.default_rules.unwrap_or(true),
             unsandboxed,
+            approved: Vec::new(),
         };
         // Rules are parsed here so that a bad rule stops start-up with its key named.
         crate::policy::Policy::new(&policy).map_err(err)?;
@@ -611,6 +671,20 @@ impl Config {
                 .collect()
         });
 
+        let ap = file.approvals.unwrap_or_default();
+        let approvals = ApprovalsConfig {
+            mode: match ap.mode.as_deref() {
+                None | Some("wait") => ApprovalMode::Wait,
+                Some("deny") => ApprovalMode::Deny,
+                Some(other) => {
+                    return Err(err(format!(
+                        "approvals.mode: {other:?} is not one of \"wait\", \"deny\""
+                    )));
+                }
+            },
+            timeout: secs("approvals.timeout_secs", ap.timeout_secs, 120.0)?,
+            handoff: ap.handoff.unwrap_or(true),
+        };
         Ok(Config {
             workspace,
             state_dir,
@@ -620,6 +694,7 @@ impl Config {
             tools,
             policy,
             terminal,
+            approvals,
             sensitive_files,
         })
     }
@@ -767,6 +842,10 @@ mod tests {
             "allowed_origins",
             "max_body_bytes",
             "keepalive_secs",
+            "progress",
+            "mode",
+            "timeout_secs",
+            "handoff",
             "url",
             "model",
             "api_key_env",
@@ -814,6 +893,7 @@ mod tests {
             "[tools]",
             "[policy]",
             "[policy.tools]",
+            "[approvals]",
         ] {
             assert!(example.contains(section), "{section}");
         }

@@ -12,6 +12,7 @@
 //! benchmarks. See `ARCHITECTURE.md` for the invariants.
 
 pub mod agent;
+pub mod approvals;
 pub mod checkpoint;
 pub mod config;
 pub mod edit;

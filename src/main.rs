@@ -268,6 +268,8 @@ async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
         RunOptions {
             run_id: run_id.clone(),
             live: true,
+            // No server, so nobody can answer an approval: asks are refused at once.
+            approvals_reachable: false,
         },
     );
     let mut stdout = std::io::stdout();
@@ -301,6 +303,8 @@ async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
                     duration.as_millis()
                 );
             }
+            // Not sent here: with no server, approvals are refused without waiting.
+            RunEvent::ApprovalPending(_) | RunEvent::ApprovalResolved { .. } => {}
             RunEvent::ClientToolCalls(calls) => {
                 for c in calls {
                     eprintln!("(the model called {} which toolpilot does not run)", c.name);
@@ -436,7 +440,7 @@ fn undo(common: CommonArgs, run_id: &str, force: bool) -> Result<(), String> {
 fn tools(common: CommonArgs) -> Result<(), String> {
     let config = load(&common)?;
     let policy = toolpilot::policy::Policy::new(&config.policy)?;
-    let registry = toolpilot::tools::Registry::new(policy.clone());
+    let registry = toolpilot::tools::Registry::new(policy.clone(), config.policy.clone());
     println!(
         "{:<28} {:<26} {:<8} {:<10} notes",
         "tool", "policy", "source", "runs in"

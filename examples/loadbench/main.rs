@@ -456,8 +456,12 @@ async fn search(o: &Opts, dir: &Path, tree: &Path) {
             name: name.into(),
             arguments: a.to_string(),
         };
-        rt.block_on(engine.registry.dispatch(&c, &env, true))
-            .content
+        rt.block_on(
+            engine
+                .registry
+                .dispatch(&c, &env, &toolpilot::tools::registry::ApproveAll),
+        )
+        .content
     };
     let run_rg = |args: &[String]| -> String {
         let out = std::process::Command::new("rg")

@@ -28,8 +28,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
+use crate::approvals::{Approvals, Verdict};
 use crate::checkpoint::Store;
 use crate::checkpoint::tree::Shadow;
+use crate::config::ApprovalMode;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::openai::{
@@ -38,8 +40,8 @@ use crate::openai::{
 use crate::policy::Policy;
 use crate::terminal::Terminal;
 use crate::tools::edit::ApplyModel;
-use crate::tools::registry::{Outcome, Status};
-use crate::tools::{Registry, ToolEnv, spec_json};
+use crate::tools::registry::{Approval, Approver, NoApprover, Outcome, Status};
+use crate::tools::{Registry, Target, ToolEnv, spec_json};
 use crate::upstream::accumulate::{Accumulator, Piece, Round};
 use crate::upstream::{RequestBody, Upstream, UpstreamError, demo};
 use crate::workspace::Workspace;
@@ -67,6 +69,14 @@ pub enum RunEvent {
     },
     /// Calls of the client's own tools, handed back (`finish_reason: "tool_calls"`).
     ClientToolCalls(Vec<ToolCall>),
+    /// A call waits for someone's approval.
+    ApprovalPending(crate::approvals::PendingInfo),
+    /// The wait ended: `outcome` is "approved", "denied" or "timed out".
+    ApprovalResolved {
+        id: String,
+        tool: String,
+        outcome: &'static str,
+    },
     Done {
         finish_reason: String,
         usage: Usage,
@@ -83,6 +93,9 @@ pub struct RunOptions {
     /// Forward text as it arrives (streaming clients); otherwise a round's text is sent once
     /// the round has completed, which also lets failed attempts be retried at any point.
     pub live: bool,
+    /// Whether someone can answer an approval while the run waits (the HTTP server is up);
+    /// when not, `approvals.mode = "wait"` refuses at once instead of waiting.
+    pub approvals_reachable: bool,
 }
 
 /// A running conversation, driven by whoever waits for its events. Dropping it cancels the
@@ -160,6 +173,8 @@ pub struct Engine {
     pub terminal: Arc<Terminal>,
     /// Whole-tree snapshots of the workspace around commands.
     pub shadow: Shadow,
+    /// Calls waiting for approval, and the rules "always allow" saved.
+    pub approvals: Arc<Approvals>,
     /// What is offered to the model when the client sends no `tools`.
     default_offer: Offer,
     tools_config: Arc<crate::config::ToolsConfig>,
@@ -174,9 +189,17 @@ impl Engine {
                     config.workspace.display()
                 )
             })?;
-        let policy = Policy::new(&config.policy)?;
         let upstream = Upstream::from_config(config.upstream.as_ref())?;
         let checkpoints = Store::new(&config.state_dir, workspace.root());
+        let approvals = Arc::new(Approvals::new(checkpoints.dir()));
+        let mut policy_config = config.policy.clone();
+        policy_config.approved = approvals.saved_rules()?;
+        let policy = Policy::new(&policy_config).map_err(|e| {
+            format!(
+                "{e} (policy.approved rules come from {}; remove the bad line there)",
+                approvals.rules_file().display()
+            )
+        })?;
         let mut secrets = vec![
             "OPENAI_API_KEY".to_string(),
             "TOOLPILOT_UPSTREAM_API_KEY".to_string(),
@@ -195,9 +218,10 @@ impl Engine {
             checkpoints.dir().to_path_buf(),
         ));
         let shadow = Shadow::new(checkpoints.dir(), workspace.root());
-        let registry = Registry::new(policy);
+        let registry = Registry::new(policy, policy_config);
         let default_offer = Offer::default(&registry, &config);
         Ok(Engine {
+            approvals,
             default_offer,
             terminal,
             shadow,
@@ -553,7 +577,7 @@ impl Run<'_> {
             messages.push(assistant_message(&round.content, &round.tool_calls));
             let mut client_calls = Vec::new();
             let mut server_calls = Vec::new();
-            let approve = engine.config.agent.approve_asks;
+            let approve = engine.config.agent.approve_asks || !engine.config.approvals.handoff;
             for call in &round.tool_calls {
                 // A call that needs approval, of a tool the client declared itself (Continue's
                 // edit tools): the client asks its user and runs it.
@@ -700,7 +724,12 @@ impl Run<'_> {
         seen: &mut HashMap<(String, String), String>,
     ) -> Result<Vec<String>, RunError> {
         let reg = &self.engine.registry;
-        let approve = self.engine.config.agent.approve_asks;
+        let approver = RunApprover {
+            engine: self.engine,
+            run_id: &self.opts.run_id,
+            tx: self.tx,
+            reachable: self.opts.approvals_reachable,
+        };
         let detect = self.engine.config.agent.detect_repeats;
         let mut results: Vec<Option<String>> = vec![None; calls.len()];
         let mut i = 0;
@@ -743,8 +772,12 @@ impl Run<'_> {
                 })
                 .await?;
             }
-            let outcomes: Vec<Outcome> =
-                join_all(batch.iter().map(|&k| reg.dispatch(&calls[k], env, approve))).await;
+            let outcomes: Vec<Outcome> = join_all(
+                batch
+                    .iter()
+                    .map(|&k| reg.dispatch(&calls[k], env, &approver)),
+            )
+            .await;
             for (&k, outcome) in batch.iter().zip(outcomes) {
                 let c = &calls[k];
                 tracing::info!(tool = %c.name, status = outcome.status.label(), ms = outcome.duration.as_millis() as u64, bytes = outcome.content.len(), "tool call finished");
@@ -765,6 +798,109 @@ impl Run<'_> {
             i = j;
         }
         Ok(results.into_iter().map(Option::unwrap_or_default).collect())
+    }
+}
+
+/// How one run resolves calls the policy asks about: `--yes`, else the configured mode, and
+/// whether anyone can answer at all.
+struct RunApprover<'r> {
+    engine: &'r Engine,
+    run_id: &'r str,
+    tx: &'r mpsc::Sender<RunEvent>,
+    reachable: bool,
+}
+
+impl Approver for RunApprover<'_> {
+    fn approve<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        reason: &'a str,
+        targets: &'a [Target],
+    ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
+        Box::pin(async move {
+            let cfg = &self.engine.config;
+            let name = &call.name;
+            if cfg.agent.approve_asks {
+                return Approval::Approved("--yes".into());
+            }
+            if cfg.approvals.mode == ApprovalMode::Deny {
+                return NoApprover.approve(call, reason, targets).await;
+            }
+            if !self.reachable {
+                return Approval::Refused(
+                    format!(
+                        "{name} was not run: it needs the user's approval ({reason}), and nobody \
+                         can approve it here (`toolpilot run` has no approval API; the user can \
+                         rerun with --yes or add an allow rule). Continue without it, or tell \
+                         the user what you wanted to do."
+                    ),
+                    Status::NeedsApproval,
+                );
+            }
+            let timeout = cfg.approvals.timeout;
+            let ticket = self.engine.approvals.ask(
+                self.run_id,
+                name,
+                &call.arguments,
+                reason,
+                crate::approvals::rules_for(name, targets),
+                timeout,
+            );
+            let id = ticket.info.id.clone();
+            tracing::info!(tool = %name, approval = %id, "waiting for approval");
+            if self
+                .tx
+                .send(RunEvent::ApprovalPending(ticket.info.clone()))
+                .await
+                .is_err()
+            {
+                return Approval::Refused("the client went away".into(), Status::Error);
+            }
+            let (outcome, approval) = match ticket.wait(timeout).await {
+                Some(Verdict::Approve { always }) => (
+                    "approved",
+                    Approval::Approved(if always {
+                        "the user (always)".into()
+                    } else {
+                        "the user".into()
+                    }),
+                ),
+                Some(Verdict::Deny { reason: why }) => (
+                    "denied",
+                    Approval::Refused(
+                        format!(
+                            "{name} was not run: the user denied it{}. Do not retry it; do \
+                             without it, or ask the user how to proceed.",
+                            why.map(|w| format!(" (\"{w}\")")).unwrap_or_default()
+                        ),
+                        Status::Denied,
+                    ),
+                ),
+                None => (
+                    "timed out",
+                    Approval::Refused(
+                        format!(
+                            "{name} was not run: it needs the user's approval ({reason}), and \
+                             nobody approved it within {} s (approvals.timeout_secs). Continue \
+                             without it, or tell the user what you wanted to do so they can \
+                             allow it.",
+                            timeout.as_secs_f64()
+                        ),
+                        Status::NeedsApproval,
+                    ),
+                ),
+            };
+            tracing::info!(tool = %name, approval = %id, outcome, "approval answered");
+            let _ = self
+                .tx
+                .send(RunEvent::ApprovalResolved {
+                    id,
+                    tool: name.clone(),
+                    outcome,
+                })
+                .await;
+            approval
+        })
     }
 }
 

@@ -185,6 +185,8 @@ pub struct Policy {
     deny: Vec<Rule>,
     ask: Vec<Rule>,
     allow: Vec<Rule>,
+    /// From "always allow" answers: above `ask` and protected paths, below `deny`.
+    approved: Vec<Rule>,
 }
 
 impl Policy {
@@ -196,6 +198,7 @@ impl Policy {
             (&cfg.deny, "deny", Verdict::Deny),
             (&cfg.ask, "ask", Verdict::Ask),
             (&cfg.allow, "allow", Verdict::Allow),
+            (&cfg.approved, "approved", Verdict::Allow),
         ] {
             for (i, text) in list.iter().enumerate() {
                 let t = text.trim();
@@ -275,6 +278,7 @@ impl Policy {
             deny: compile(&cfg.deny, "deny")?,
             ask: compile(&cfg.ask, "ask")?,
             allow: compile(&cfg.allow, "allow")?,
+            approved: compile(&cfg.approved, "approved")?,
         })
     }
 
@@ -442,6 +446,14 @@ impl Policy {
         if let Some(r) = self.deny.iter().find(|r| r.matches_any(tool, targets)) {
             return Decision::Deny {
                 reason: format!("denied by {}", r.source),
+            };
+        }
+        if let Some(r) = self.approved.iter().find(|r| r.matches_all(tool, targets)) {
+            return Decision::Allow {
+                reason: format!(
+                    "allowed by an earlier \"always allow\" answer ({})",
+                    r.source
+                ),
             };
         }
         if let Some((path, pattern)) = self.protected_match(targets) {

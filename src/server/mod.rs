@@ -56,6 +56,8 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(routes::healthz))
         .route("/v1/runs/{id}/undo", post(routes::undo))
         .route("/v1/jobs", get(routes::jobs))
+        .route("/v1/approvals", get(routes::approvals))
+        .route("/v1/approvals/{id}", post(routes::answer_approval))
         .route("/v1/policy/check", post(routes::policy_check))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)

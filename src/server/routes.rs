@@ -15,6 +15,7 @@ use serde_json::json;
 use super::sse::{ChunkEncoder, KEEPALIVE};
 use super::{AppState, CURRENT_FILE_HEADER, RunId};
 use crate::agent::{RunEvent, RunHandle, RunOptions};
+use crate::config::Progress;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, ToolCall};
 
@@ -47,11 +48,19 @@ pub async fn chat_completions(
         RunOptions {
             run_id: run_id.clone(),
             live: stream,
+            approvals_reachable: true,
         },
     );
     let enc = ChunkEncoder::new(&run_id, &model);
     if stream {
-        stream_response(handle, enc, include_usage, state.server.keepalive).await
+        stream_response(
+            handle,
+            enc,
+            include_usage,
+            state.server.keepalive,
+            state.server.progress,
+        )
+        .await
     } else {
         collect_response(handle, enc).await
     }
@@ -91,7 +100,10 @@ async fn collect_response(mut handle: RunHandle, enc: ChunkEncoder) -> Response 
             RunEvent::Content(t) => content.push_str(&t),
             RunEvent::Reasoning(t) => reasoning.push_str(&t),
             RunEvent::ClientToolCalls(c) => calls = c,
-            RunEvent::ToolStarted { .. } | RunEvent::ToolFinished { .. } => {}
+            RunEvent::ToolStarted { .. }
+            | RunEvent::ToolFinished { .. }
+            | RunEvent::ApprovalPending(_)
+            | RunEvent::ApprovalResolved { .. } => {}
             RunEvent::Done {
                 finish_reason,
                 usage,
@@ -112,6 +124,12 @@ struct Outbound {
     enc: ChunkEncoder,
     include_usage: bool,
     keepalive: Duration,
+    progress: Progress,
+    /// Whether the text sent so far ends a line (progress lines in the text start on their
+    /// own line).
+    at_line_start: bool,
+    /// The last text sent was a progress line (which already ends with a blank line).
+    after_progress: bool,
     pending: Option<RunEvent>,
     started: bool,
     finished: bool,
@@ -119,16 +137,44 @@ struct Outbound {
 
 impl Outbound {
     /// Encodes one event; returns true when the stream is complete.
+    /// Shows one line of server-side activity in the configured channel.
+    fn progress(&mut self, out: &mut BytesMut, line: &str) {
+        match self.progress {
+            Progress::Comments => ChunkEncoder::comment(out, &format!("toolpilot: {line}")),
+            Progress::Reasoning => self.enc.reasoning(out, &format!("toolpilot: {line}\n")),
+            Progress::Text => {
+                let sep = if self.at_line_start { "" } else { "\n\n" };
+                self.enc
+                    .content(out, &format!("{sep}> toolpilot: {line}\n\n"));
+                self.at_line_start = true;
+                self.after_progress = true;
+            }
+            Progress::None => {}
+        }
+    }
+
     fn encode(&mut self, ev: RunEvent, out: &mut BytesMut) -> bool {
         match ev {
-            RunEvent::Content(t) => self.enc.content(out, &t),
+            RunEvent::Content(t) => {
+                // After a progress line, the blank line is already there.
+                let t = if self.after_progress {
+                    t.trim_start_matches('\n')
+                } else {
+                    &t
+                };
+                if !t.is_empty() {
+                    self.at_line_start = t.ends_with('\n');
+                    self.after_progress = false;
+                    self.enc.content(out, t);
+                }
+            }
             RunEvent::Reasoning(t) => self.enc.reasoning(out, &t),
             RunEvent::ToolStarted {
                 name, arguments, ..
-            } => ChunkEncoder::comment(
+            } => self.progress(
                 out,
                 &format!(
-                    "toolpilot: running {name} {}",
+                    "running {name} {}",
                     crate::tools::args::preview(&arguments, 160)
                 ),
             ),
@@ -137,14 +183,26 @@ impl Outbound {
                 status,
                 duration,
                 ..
-            } => ChunkEncoder::comment(
+            } => self.progress(
                 out,
-                &format!(
-                    "toolpilot: {name} {} in {} ms",
-                    status.label(),
-                    duration.as_millis()
-                ),
+                &format!("{name} {} in {} ms", status.label(), duration.as_millis()),
             ),
+            RunEvent::ApprovalPending(p) => {
+                let line = format!(
+                    "waiting for approval: {} {} ({}). Approve with POST /v1/approvals/{} \
+                     {{\"decision\":\"approve\"}} (or \"deny\"); denied \
+                     automatically after {} s",
+                    p.tool,
+                    crate::tools::args::preview(&p.arguments, 160),
+                    p.reason,
+                    p.id,
+                    p.expires_at.saturating_sub(p.created_at)
+                );
+                self.progress(out, &line);
+            }
+            RunEvent::ApprovalResolved { id, tool, outcome } => {
+                self.progress(out, &format!("approval {id} for {tool}: {outcome}"))
+            }
             RunEvent::ClientToolCalls(calls) => {
                 for (i, call) in calls.iter().enumerate() {
                     self.enc.tool_call(out, i, call);
@@ -222,6 +280,7 @@ async fn stream_response(
     enc: ChunkEncoder,
     include_usage: bool,
     keepalive: Duration,
+    progress: Progress,
 ) -> Response {
     // Wait briefly for the run's first event, so that an error before anything happened gets
     // a real HTTP status. A slow upstream (a local model reading a long prompt) must not keep
@@ -238,6 +297,9 @@ async fn stream_response(
         enc,
         include_usage,
         keepalive,
+        progress,
+        at_line_start: true,
+        after_progress: false,
         pending: first,
         started: false,
         finished: false,
@@ -422,4 +484,100 @@ pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
     resp.headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allowed));
     resp
+}
+
+/// `GET /v1/approvals`: the tool calls waiting for approval now, oldest first.
+pub async fn approvals(State(state): State<AppState>) -> Response {
+    let list = state.engine.approvals.list();
+    axum::Json(serde_json::json!({"object": "list", "data": list})).into_response()
+}
+
+/// `POST /v1/approvals/{id}` with `{"decision": "approve" | "deny", "always": bool,
+/// "reason": "…"}`: answers a waiting call. `always` (with approve) also adds allow rules, in
+/// force at once and saved for the next start.
+pub async fn answer_approval(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Answer {
+        decision: String,
+        #[serde(default)]
+        always: bool,
+        #[serde(default)]
+        reason: Option<String>,
+    }
+    let answer: Answer = match serde_json::from_slice(&body) {
+        Ok(a) => a,
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!(
+                    "the body must be JSON like {{\"decision\": \"approve\"}} or \
+                     {{\"decision\": \"deny\", \"reason\": \"…\"}} (optional \"always\": true \
+                     with approve): {e}"
+                ),
+            )
+            .into_response();
+        }
+    };
+    use crate::approvals::{AnswerError, Verdict};
+    let verdict = match answer.decision.as_str() {
+        "approve" | "allow" => Verdict::Approve {
+            always: answer.always,
+        },
+        "deny" | "reject" if answer.always => {
+            return ApiError::invalid(
+                "always",
+                "\"always\" only goes with approve (to deny such calls for good, add a \
+                 policy.deny rule to the config)",
+            )
+            .into_response();
+        }
+        "deny" | "reject" => Verdict::Deny {
+            reason: answer.reason.filter(|r| !r.trim().is_empty()),
+        },
+        other => {
+            return ApiError::invalid(
+                "decision",
+                format!("decision {other:?} is not \"approve\" or \"deny\""),
+            )
+            .into_response();
+        }
+    };
+    let always = matches!(verdict, Verdict::Approve { always: true });
+    let engine = &state.engine;
+    match engine.approvals.answer(&id, verdict) {
+        Ok(info) => {
+            let mut rules_added = Vec::new();
+            if always {
+                match engine.registry.allow(&info.rules) {
+                    Ok(()) => rules_added = info.rules.clone(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "an always-allow rule did not compile");
+                        return ApiError::internal(format!(
+                            "the call was approved, but its allow rule could not be added: {e}"
+                        ))
+                        .into_response();
+                    }
+                }
+                tracing::info!(rules = ?rules_added, "allow rules added by an approval");
+            }
+            axum::Json(serde_json::json!({
+                "id": info.id,
+                "run_id": info.run_id,
+                "tool": info.tool,
+                "decision": answer.decision,
+                "rules_added": rules_added,
+                "rules_file": (!rules_added.is_empty())
+                    .then(|| engine.approvals.rules_file().display().to_string()),
+            }))
+            .into_response()
+        }
+        Err(e @ AnswerError::NotFound(_)) => ApiError::not_found(e.to_string()).into_response(),
+        Err(e @ AnswerError::SaveRule { .. }) => ApiError::internal(e.to_string()).into_response(),
+    }
 }

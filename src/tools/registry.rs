@@ -6,12 +6,72 @@
 //! request. Every decision is logged with the rule that made it.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::args::Args;
-use super::{Tool, ToolEnv, ToolError, builtin_tools, fit_budget};
+use super::{Target, Tool, ToolEnv, ToolError, builtin_tools, fit_budget};
+use crate::config::PolicyConfig;
 use crate::openai::ToolCall;
 use crate::policy::{Decision, Level, Policy};
+
+/// How a call the policy asks about was resolved.
+#[derive(Debug, Clone)]
+pub enum Approval {
+    /// Run it; the text says who approved (for the log).
+    Approved(String),
+    /// Do not run it: the tool message for the model, and how the call ended.
+    Refused(String, Status),
+}
+
+/// Resolves calls whose policy decision is `ask` (see `agent` for the approvers a run uses).
+pub trait Approver: Send + Sync {
+    fn approve<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        reason: &'a str,
+        targets: &'a [Target],
+    ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>>;
+}
+
+/// Approves everything (`--yes`).
+pub struct ApproveAll;
+
+impl Approver for ApproveAll {
+    fn approve<'a>(
+        &'a self,
+        _: &'a ToolCall,
+        _: &'a str,
+        _: &'a [Target],
+    ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
+        Box::pin(std::future::ready(Approval::Approved("--yes".into())))
+    }
+}
+
+/// Nobody can approve: every ask is refused with a message that says so.
+pub struct NoApprover;
+
+impl Approver for NoApprover {
+    fn approve<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        reason: &'a str,
+        _: &'a [Target],
+    ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
+        Box::pin(std::future::ready(Approval::Refused(
+            format!(
+                "{} was not run: it needs the user's approval ({reason}), and nobody can \
+                 approve it in this session (the server runs without --yes and with \
+                 approvals.mode = \"deny\"). Continue without it, or tell the user what you \
+                 wanted to do so they can allow it.",
+                call.name
+            ),
+            Status::NeedsApproval,
+        )))
+    }
+}
 
 /// How a dispatched call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,11 +107,13 @@ pub struct Outcome {
 pub struct Registry {
     tools: Vec<Box<dyn Tool>>,
     index: HashMap<&'static str, usize>,
-    policy: Policy,
+    policy: RwLock<Arc<Policy>>,
+    /// What `policy` was compiled from, to add rules at run time.
+    policy_config: Mutex<PolicyConfig>,
 }
 
 impl Registry {
-    pub fn new(policy: Policy) -> Registry {
+    pub fn new(policy: Policy, policy_config: PolicyConfig) -> Registry {
         let tools = builtin_tools();
         let index = tools
             .iter()
@@ -61,12 +123,38 @@ impl Registry {
         Registry {
             tools,
             index,
-            policy,
+            policy: RwLock::new(Arc::new(policy)),
+            policy_config: Mutex::new(policy_config),
         }
     }
 
-    pub fn policy(&self) -> &Policy {
-        &self.policy
+    /// The policy in force now.
+    pub fn policy(&self) -> Arc<Policy> {
+        match self.policy.read() {
+            Ok(p) => Arc::clone(&p),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Adds allow rules to the policy in force (from "always allow" answers). A rule that does
+    /// not compile is an error and changes nothing.
+    pub fn allow(&self, rules: &[String]) -> Result<(), String> {
+        let mut cfg = self
+            .policy_config
+            .lock()
+            .map_err(|_| "the policy is unavailable".to_string())?;
+        let mut next = cfg.clone();
+        for r in rules {
+            if !next.approved.contains(r) {
+                next.approved.push(r.clone());
+            }
+        }
+        let compiled = Policy::new(&next)?;
+        *cfg = next;
+        if let Ok(mut p) = self.policy.write() {
+            *p = Arc::new(compiled);
+        }
+        Ok(())
     }
 
     /// The tool toolpilot executes under this name, if any.
@@ -81,7 +169,7 @@ impl Registry {
 
     /// Whether toolpilot executes `name` and the policy has not disabled it.
     pub fn is_enabled(&self, name: &str) -> bool {
-        self.get(name).is_some() && self.policy.level(name) != Level::Disabled
+        self.get(name).is_some() && self.policy().level(name) != Level::Disabled
     }
 
     /// Whether the named tool is read-only (unknown names are not).
@@ -96,14 +184,19 @@ impl Registry {
         let args = Args::parse(&call.arguments).ok()?;
         let invocation = tool.prepare(&args, env).ok()?;
         Some(
-            self.policy
+            self.policy()
                 .decide(&call.name, &invocation.targets, &env.workspace),
         )
     }
 
     /// Runs one call of a built-in tool through the policy. Never fails: every problem
     /// becomes text the model can act on.
-    pub async fn dispatch(&self, call: &ToolCall, env: &ToolEnv, approve_asks: bool) -> Outcome {
+    pub async fn dispatch(
+        &self,
+        call: &ToolCall,
+        env: &ToolEnv,
+        approver: &dyn Approver,
+    ) -> Outcome {
         let started = Instant::now();
         let done = |content: String, status: Status| Outcome {
             content,
@@ -136,15 +229,13 @@ impl Registry {
             }
         };
         let decision = self
-            .policy
+            .policy()
             .decide(name, &invocation.targets, &env.workspace);
-        let approved_by_flag = matches!(decision, Decision::Ask { .. }) && approve_asks;
         tracing::info!(
             tool = name,
             call_id = %call.id,
             decision = decision.label(),
             reason = decision.reason(),
-            approved_by_flag,
             "policy decision"
         );
         match decision {
@@ -157,18 +248,18 @@ impl Registry {
                     Status::Denied,
                 );
             }
-            Decision::Ask { reason } if !approve_asks => {
-                return done(
-                    format!(
-                        "{name} was not run: it needs the user's approval ({reason}), and nobody \
-                         can approve it in this session (the server runs without --yes). \
-                         Continue without it, or tell the user what you wanted to do so they \
-                         can allow it."
-                    ),
-                    Status::NeedsApproval,
-                );
+            Decision::Ask { reason } => {
+                match approver.approve(call, &reason, &invocation.targets).await {
+                    Approval::Approved(by) => {
+                        tracing::info!(tool = name, call_id = %call.id, by = %by, "approved");
+                    }
+                    Approval::Refused(text, status) => {
+                        tracing::info!(tool = name, call_id = %call.id, status = status.label(), "not approved");
+                        return done(text, status);
+                    }
+                }
             }
-            Decision::Ask { .. } | Decision::Allow { .. } => {}
+            Decision::Allow { .. } => {}
         }
         let result = tokio::select! {
             r = invocation.job => r,

@@ -1,10 +1,12 @@
 mod agent_loop;
+mod approvals;
 mod binaries;
 mod confinement;
 mod edit_corpus;
 mod edits;
 mod errors;
 mod policy;
+mod progress;
 mod python_sdk;
 mod terminal;
 mod tools;

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::support::*;
 
 /// The Python interpreter that has `openai`, if any.
-fn python_with_sdk() -> Option<String> {
+pub fn python_with_sdk() -> Option<String> {
     let py = std::env::var("TOOLPILOT_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
     let ok = std::process::Command::new(&py)
         .args(["-c", "import openai"])

@@ -26,13 +26,14 @@ pub struct Builder {
     yes: bool,
     model: Option<String>,
     no_upstream: bool,
+    reuse: Option<Arc<tempfile::TempDir>>,
 }
 
 pub struct TestServer {
     pub addr: std::net::SocketAddr,
     pub mock: Option<MockUpstream>,
     pub ws: PathBuf,
-    pub dir: tempfile::TempDir,
+    pub dir: Arc<tempfile::TempDir>,
     pub client: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -47,6 +48,7 @@ impl TestServer {
             yes: false,
             model: Some("mock-model".into()),
             no_upstream: false,
+            reuse: None,
         }
     }
 }
@@ -87,6 +89,13 @@ impl Builder {
         self
     }
 
+    /// Start over the directory of an earlier server (same workspace path, same state
+    /// directory), as a restart would.
+    pub fn reuse_dir(mut self, dir: Arc<tempfile::TempDir>) -> Self {
+        self.reuse = Some(dir);
+        self
+    }
+
     /// Use the built-in demo model.
     pub fn demo(mut self) -> Self {
         self.no_upstream = true;
@@ -94,7 +103,10 @@ impl Builder {
     }
 
     pub async fn start(self) -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = match self.reuse.clone() {
+            Some(d) => d,
+            None => Arc::new(tempfile::tempdir().unwrap()),
+        };
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(&ws).unwrap();
         for (path, contents) in &self.files {
@@ -122,6 +134,11 @@ impl Builder {
             env!("CARGO_BIN_EXE_toolpilot")
         );
         toml.push_str(&self.config);
+        if !self.config.contains("[approvals]") {
+            // Tests that are not about approvals get the immediate refusal rather than a wait
+            // nobody answers; the approval tests configure their own section.
+            toml.push_str("\n[approvals]\nmode = \"deny\"\n");
+        }
         let cfg_path = dir.path().join("toolpilot.toml");
         std::fs::write(&cfg_path, merge_upstream_section(&toml)).unwrap();
         let args = CommonArgs {
@@ -193,6 +210,49 @@ fn merge_upstream_section(toml_text: &str) -> String {
     let top: toml::Table = rest.parse().unwrap();
     overlay(&mut base, top);
     toml::to_string(&base).unwrap()
+}
+
+/// A second handle on a server, for requests made from another task.
+pub struct Remote {
+    client: reqwest::Client,
+    addr: std::net::SocketAddr,
+}
+
+impl Remote {
+    pub async fn chat(&self, body: Value) -> Reply {
+        let r = self
+            .client
+            .post(format!("http://{}/v1/chat/completions", self.addr))
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        to_reply(r).await
+    }
+}
+
+impl TestServer {
+    pub fn client_clone(&self) -> Remote {
+        Remote {
+            client: self.client.clone(),
+            addr: self.addr,
+        }
+    }
+}
+
+/// Like [`eventually`], for conditions that need to await.
+pub async fn eventually_async<F, Fut>(mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..200 {
+        if cond().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
 }
 
 impl Drop for TestServer {

@@ -1,0 +1,275 @@
+//! Approvals over HTTP (`approvals.mode = "wait"`): a call the policy asks about waits, is
+//! listed, and is approved, denied, timed out or withdrawn; "always" writes a rule.
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+const ASK_GEN: &str = "[policy]\nask = [\"read_file(src/gen/**)\"]\n";
+
+fn wait_config(timeout: f64) -> String {
+    format!("{ASK_GEN}[approvals]\nmode = \"wait\"\ntimeout_secs = {timeout}\n")
+}
+
+fn read_gen_script() -> Value {
+    json!({"rounds": [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"filepath": "src/gen/out.rs"}}]},
+        {"text": "done"}
+    ]})
+}
+
+async fn server(config: &str, script: Value) -> TestServer {
+    TestServer::builder()
+        .config(config)
+        .script(script)
+        .file("src/gen/out.rs", "// generated\n")
+        .file("src/a.rs", "fn a() {}\n")
+        .start()
+        .await
+}
+
+/// Waits until exactly one call is listed, and returns it.
+async fn the_pending_call(s: &TestServer) -> Value {
+    for _ in 0..200 {
+        let r = s.get("/v1/approvals").await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let data = r.body["data"].as_array().unwrap().clone();
+        if let [one] = data.as_slice() {
+            return one.clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("no call ever waited for approval");
+}
+
+async fn answer(s: &TestServer, id: &str, body: Value) -> Reply {
+    s.post_raw(&format!("/v1/approvals/{id}"), body.to_string())
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_call_is_listed_shown_in_the_stream_and_runs_when_approved() {
+    let s = server(&wait_config(30.0), read_gen_script()).await;
+    let mut resp = s.open_stream(ask("read the generated file")).await;
+    let pending = the_pending_call(&s).await;
+    assert_eq!(pending["tool"], "read_file");
+    assert!(
+        pending["arguments"]
+            .as_str()
+            .unwrap()
+            .contains("src/gen/out.rs")
+    );
+    assert!(
+        pending["reason"]
+            .as_str()
+            .unwrap()
+            .contains("policy.ask[0] `read_file(src/gen/**)`"),
+        "{pending}"
+    );
+    assert_eq!(pending["rules"], json!(["read_file(src/gen/out.rs)"]));
+    assert!(
+        pending["expires_at"].as_u64().unwrap() >= pending["created_at"].as_u64().unwrap() + 29
+    );
+    let id = pending["id"].as_str().unwrap().to_string();
+
+    // The stream already tells the user what waits and how to answer.
+    let mut seen = String::new();
+    while !seen.contains("waiting for approval") {
+        let chunk = resp.chunk().await.unwrap().expect("the stream ended early");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(
+        seen.contains(": toolpilot: waiting for approval: read_file"),
+        "{seen}"
+    );
+    assert!(seen.contains(&format!("POST /v1/approvals/{id}")), "{seen}");
+
+    let r = answer(&s, &id, json!({"decision": "approve"})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["rules_added"], json!([]));
+    let rest = resp.text().await.unwrap();
+    let all = parse_sse(200, Default::default(), seen + &rest);
+    assert!(all.done_last);
+    assert_eq!(all.content(), "done");
+    assert!(
+        all.comments
+            .iter()
+            .any(|c| c.contains(&format!("approval {id} for read_file: approved")))
+    );
+    assert_eq!(tool_result(&s.requests()[1], "c1"), "// generated\n");
+    assert_eq!(s.get("/v1/approvals").await.body["data"], json!([]));
+    // Answering twice: the call is no longer waiting.
+    let again = answer(&s, &id, json!({"decision": "approve"})).await;
+    assert_eq!(again.status, 404);
+    assert!(
+        again.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no tool call is waiting for approval under the id"),
+        "{}",
+        again.text
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_streamed_request_waits_too_and_a_denial_reaches_the_model() {
+    let s = server(&wait_config(30.0), read_gen_script()).await;
+    let s2 = s.client_clone();
+    let req = tokio::spawn(async move { s2.chat(ask("read it")).await });
+    let pending = the_pending_call(&s).await;
+    let id = pending["id"].as_str().unwrap();
+    let r = answer(&s, id, json!({"decision": "deny", "reason": "not now"})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let reply = req.await.unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let result = tool_result(&s.requests()[1], "c1");
+    assert_eq!(
+        result,
+        "read_file was not run: the user denied it (\"not now\"). Do not retry it; do without \
+         it, or ask the user how to proceed."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nobody_answering_times_out_into_a_denial_the_model_is_told_about() {
+    let s = server(&wait_config(0.3), read_gen_script()).await;
+    let reply = s.chat_stream(ask("read it")).await;
+    assert!(reply.done_last);
+    assert!(
+        reply
+            .comments
+            .iter()
+            .any(|c| c.contains("for read_file: timed out")),
+        "{:?}",
+        reply.comments
+    );
+    let result = tool_result(&s.requests()[1], "c1");
+    assert!(
+        result.starts_with("read_file was not run: it needs the user's approval (policy.ask[0] `read_file(src/gen/**)` requires approval), and nobody approved it within 0.3 s (approvals.timeout_secs)."),
+        "{result}"
+    );
+    assert_eq!(s.get("/v1/approvals").await.body["data"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_allow_writes_a_rule_that_is_in_force_at_once() {
+    let script = json!({"rounds": [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"filepath": "src/gen/out.rs"}}]},
+        {"text": "first"},
+        {"tool_calls": [{"id": "c2", "name": "read_file", "arguments": {"filepath": "src/gen/out.rs"}}]},
+        {"text": "second"}
+    ]});
+    let s = server(&wait_config(30.0), script).await;
+    let s2 = s.client_clone();
+    let first = tokio::spawn(async move { s2.chat(ask("one")).await });
+    let pending = the_pending_call(&s).await;
+    let r = answer(
+        &s,
+        pending["id"].as_str().unwrap(),
+        json!({"decision": "approve", "always": true}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["rules_added"], json!(["read_file(src/gen/out.rs)"]));
+    let file = std::path::PathBuf::from(r.body["rules_file"].as_str().unwrap());
+    let saved = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        saved.contains("allow = [\"read_file(src/gen/out.rs)\"]"),
+        "{saved}"
+    );
+    assert_eq!(
+        first.await.unwrap().body["choices"][0]["message"]["content"],
+        "first"
+    );
+
+    // The same call no longer asks: it runs straight away, nothing waits.
+    let second = s.chat(ask("two")).await;
+    assert_eq!(second.body["choices"][0]["message"]["content"], "second");
+    assert_eq!(tool_result(&s.requests()[3], "c2"), "// generated\n");
+    assert_eq!(s.get("/v1/approvals").await.body["data"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saved_rules_are_loaded_on_start() {
+    let s = server(&wait_config(30.0), read_gen_script()).await;
+    let s2 = s.client_clone();
+    let req = tokio::spawn(async move { s2.chat(ask("one")).await });
+    let pending = the_pending_call(&s).await;
+    answer(
+        &s,
+        pending["id"].as_str().unwrap(),
+        json!({"decision": "approve", "always": true}),
+    )
+    .await;
+    req.await.unwrap();
+    let dir = s.dir.clone();
+    drop(s);
+    // A new server over the same workspace path and state directory does not ask again.
+    let again = TestServer::builder()
+        .config(&wait_config(30.0))
+        .script(read_gen_script())
+        .file("src/gen/out.rs", "// generated\n")
+        .reuse_dir(dir)
+        .start()
+        .await;
+    again.chat(ask("again")).await;
+    assert_eq!(tool_result(&again.requests()[1], "c1"), "// generated\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_going_away_withdraws_its_waiting_call() {
+    let s = server(&wait_config(30.0), read_gen_script()).await;
+    let resp = s.open_stream(ask("read it")).await;
+    the_pending_call(&s).await;
+    drop(resp);
+    assert!(
+        eventually_async(|| async { s.get("/v1/approvals").await.body["data"] == json!([]) }).await,
+        "the call is still listed after its client left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_answers_get_specific_errors() {
+    let s = server(&wait_config(30.0), read_gen_script()).await;
+    let r = answer(&s, "ap-nope", json!({"decision": "approve"})).await;
+    assert_eq!(r.status, 404);
+    let s2 = s.client_clone();
+    let req = tokio::spawn(async move { s2.chat(ask("x")).await });
+    let id = the_pending_call(&s).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = answer(&s, &id, json!({"decision": "maybe"})).await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text.contains("decision \\\"maybe\\\" is not"),
+        "{}",
+        r.text
+    );
+    let r = answer(&s, &id, json!({"decision": "deny", "always": true})).await;
+    assert_eq!(r.status, 400);
+    assert!(r.text.contains("only goes with approve"), "{}", r.text);
+    let r = s
+        .post_raw(&format!("/v1/approvals/{id}"), "approve please")
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(r.text.contains("the body must be JSON like"), "{}", r.text);
+    // Still waiting after the bad answers; a good one ends it.
+    assert_eq!(
+        answer(&s, &id, json!({"decision": "approve"})).await.status,
+        200
+    );
+    assert_eq!(req.await.unwrap().status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_mode_refuses_at_once() {
+    let s = server(
+        &format!("{ASK_GEN}[approvals]\nmode = \"deny\"\n"),
+        read_gen_script(),
+    )
+    .await;
+    s.chat(ask("x")).await;
+    let result = tool_result(&s.requests()[1], "c1");
+    assert!(result.contains("approvals.mode = \"deny\""), "{result}");
+}
