@@ -123,6 +123,10 @@ pub struct ApprovalsConfig {
     pub timeout: Duration,
     /// Hand calls that need approval to a client that declared the same tool.
     pub handoff: bool,
+    /// How long, and how many bytes of, conversations handed to a client are kept to restore
+    /// the rounds it did not see.
+    pub handoff_max_age: Duration,
+    pub handoff_max_bytes: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -257,6 +261,8 @@ struct ApprovalsFile {
     mode: Option<String>,
     timeout_secs: Option<f64>,
     handoff: Option<bool>,
+    handoff_max_age_secs: Option<f64>,
+    handoff_max_bytes: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -684,6 +690,16 @@ impl Config {
             },
             timeout: secs("approvals.timeout_secs", ap.timeout_secs, 120.0)?,
             handoff: ap.handoff.unwrap_or(true),
+            handoff_max_age: secs(
+                "approvals.handoff_max_age_secs",
+                ap.handoff_max_age_secs,
+                3600.0,
+            )?,
+            handoff_max_bytes: positive(
+                "approvals.handoff_max_bytes",
+                ap.handoff_max_bytes,
+                64 << 20,
+            )?,
         };
         Ok(Config {
             workspace,
@@ -846,6 +862,8 @@ mod tests {
             "mode",
             "timeout_secs",
             "handoff",
+            "handoff_max_age_secs",
+            "handoff_max_bytes",
             "url",
             "model",
             "api_key_env",

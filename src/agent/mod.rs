@@ -46,6 +46,9 @@ use crate::upstream::accumulate::{Accumulator, Piece, Round};
 use crate::upstream::{RequestBody, Upstream, UpstreamError, demo};
 use crate::workspace::Workspace;
 
+mod handoff;
+pub use handoff::Handoffs;
+
 /// What a run reports, in order. The last event is `Done` or `Failed`.
 #[derive(Debug, Clone)]
 pub enum RunEvent {
@@ -175,6 +178,8 @@ pub struct Engine {
     pub shadow: Shadow,
     /// Calls waiting for approval, and the rules "always allow" saved.
     pub approvals: Arc<Approvals>,
+    /// Conversations handed to clients, to restore the rounds they did not see.
+    pub handoffs: Handoffs,
     /// What is offered to the model when the client sends no `tools`.
     default_offer: Offer,
     tools_config: Arc<crate::config::ToolsConfig>,
@@ -221,6 +226,10 @@ impl Engine {
         let registry = Registry::new(policy, policy_config);
         let default_offer = Offer::default(&registry, &config);
         Ok(Engine {
+            handoffs: Handoffs::new(
+                config.approvals.handoff_max_age,
+                config.approvals.handoff_max_bytes,
+            ),
             approvals,
             default_offer,
             terminal,
@@ -507,7 +516,12 @@ impl Run<'_> {
         env.current_file = req.current_file.clone();
         env.apply = apply;
         let max_rounds = engine.config.agent.max_rounds;
-        let mut messages = req.messages.clone();
+        // A client sending the results of tool calls handed to it: put back the rounds it
+        // did not see.
+        let mut messages = engine
+            .handoffs
+            .restore(&req.messages)
+            .unwrap_or_else(|| req.messages.clone());
         let mut usage = Usage::default();
         let mut tail = TextTail::default();
         let mut seen: HashMap<(String, String), String> = HashMap::new();
@@ -615,6 +629,8 @@ impl Run<'_> {
                 messages.push(tool_message(&call.id, content));
             }
             if !client_calls.is_empty() {
+                let ids: Vec<String> = client_calls.iter().map(|c| c.id.clone()).collect();
+                engine.handoffs.park(req.messages.len(), &messages, &ids);
                 self.send(RunEvent::ClientToolCalls(client_calls)).await?;
                 return self
                     .send(RunEvent::Done {

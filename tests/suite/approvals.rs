@@ -273,3 +273,102 @@ async fn deny_mode_refuses_at_once() {
     let result = tool_result(&s.requests()[1], "c1");
     assert!(result.contains("approvals.mode = \"deny\""), "{result}");
 }
+
+fn continue_like_tools() -> Value {
+    let f = |name: &str, props: Value| {
+        json!({"type": "function", "function": {"name": name, "description": name,
+            "parameters": {"type": "object", "properties": props}}})
+    };
+    json!([
+        f("read_file", json!({"filepath": {"type": "string"}})),
+        f(
+            "create_new_file",
+            json!({"filepath": {"type": "string"}, "contents": {"type": "string"}})
+        ),
+        f("deploy", json!({"env": {"type": "string"}})),
+    ])
+}
+
+/// Continue in agent mode: a call that needs approval of a tool the client declared goes to
+/// the client; when its result comes back, the rounds toolpilot ran meanwhile are restored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handed_off_calls_come_back_with_the_server_side_history_restored() {
+    let s = TestServer::builder()
+        .config("[approvals]\nmode = \"wait\"\ntimeout_secs = 30\n")
+        .file("a.txt", "alpha\n")
+        .file("b.txt", "beta\n")
+        .script(json!({"rounds": [
+            {"tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"filepath": "a.txt"}}]},
+            {"text": "Writing it.", "tool_calls": [
+                {"id": "r2", "name": "read_file", "arguments": {"filepath": "b.txt"}},
+                {"id": "w1", "name": "create_new_file", "arguments": {"filepath": "c.txt", "contents": "gamma"}}]},
+            {"text": "All done."}
+        ]}))
+        .start()
+        .await;
+    let mut first = ask("combine the files");
+    first["tools"] = continue_like_tools();
+    let r = s.chat(first.clone()).await;
+    let msg = &r.body["choices"][0]["message"];
+    assert_eq!(
+        r.body["choices"][0]["finish_reason"], "tool_calls",
+        "{}",
+        r.text
+    );
+    // Only the call that needs approval reaches the client; nothing waits on the server.
+    assert_eq!(msg["tool_calls"].as_array().unwrap().len(), 1);
+    assert_eq!(msg["tool_calls"][0]["id"], "w1");
+    assert_eq!(s.get("/v1/approvals").await.body["data"], json!([]));
+    assert!(!s.path("c.txt").exists());
+
+    // The client (its user approved) ran the tool and sends its own view back.
+    let mut second = first.clone();
+    let history = second["messages"].as_array_mut().unwrap();
+    history.push(
+        json!({"role": "assistant", "content": msg["content"], "tool_calls": msg["tool_calls"]}),
+    );
+    history.push(json!({"role": "tool", "tool_call_id": "w1", "content": "created c.txt"}));
+    let r = s.chat(second).await;
+    assert_eq!(r.body["choices"][0]["message"]["content"], "All done.");
+
+    let reqs = s.requests();
+    assert_eq!(reqs.len(), 3);
+    let upstream_saw: Vec<(String, String)> = reqs[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let ids = m["tool_calls"]
+                .as_array()
+                .map(|c| {
+                    c.iter()
+                        .map(|c| c["id"].as_str().unwrap())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .or_else(|| m["tool_call_id"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            (m["role"].as_str().unwrap().to_string(), ids)
+        })
+        .collect();
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        upstream_saw,
+        pairs(&[
+            ("user", ""),
+            ("assistant", "r1"),
+            ("tool", "r1"),
+            ("assistant", "r2,w1"),
+            ("tool", "r2"),
+            ("tool", "w1"),
+        ])
+    );
+    assert_eq!(tool_result(&reqs[2], "r1"), "alpha\n");
+    assert_eq!(tool_result(&reqs[2], "r2"), "beta\n");
+    assert_eq!(tool_result(&reqs[2], "w1"), "created c.txt");
+    check_conversation_invariants(&reqs);
+}
