@@ -20,6 +20,7 @@ pub mod error;
 pub mod mock;
 pub mod openai;
 pub mod policy;
+pub mod runs;
 pub mod server;
 pub mod terminal;
 pub mod tools;

@@ -61,13 +61,16 @@ enum Command {
         #[command(flatten)]
         common: CommonArgs,
     },
-    /// List the runs that changed files in the workspace, newest first
+    /// List the recorded runs of the workspace, newest first; `runs show ID` shows one
     Runs {
         #[command(flatten)]
         common: CommonArgs,
         /// Print JSON instead of a table
         #[arg(long)]
         json: bool,
+        /// `show ID`: one run's events
+        #[arg(num_args = 0..=2, value_name = "show ID")]
+        what: Vec<String>,
     },
     /// Restore the files a run changed to their state before the run
     Undo {
@@ -143,7 +146,15 @@ fn main() -> ExitCode {
                 run(common, prompt).await
             }
             Command::Tools { common } => tools(common),
-            Command::Runs { common, json } => runs(common, json),
+            Command::Runs { common, json, what } => match what.as_slice() {
+                [] => runs(common, json),
+                [show, id] if show == "show" => run_show(common, id, json),
+                _ => Err(format!(
+                    "`toolpilot runs {}` is not understood: use `toolpilot runs` to list the runs \
+                     or `toolpilot runs show ID` to show one",
+                    what.join(" ")
+                )),
+            },
             Command::Policy {
                 action:
                     PolicyAction::Check {
@@ -215,6 +226,7 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
         tracing::warn!("--yes: tool calls whose policy is `ask` run without approval");
     }
     let engine_terminal = Arc::clone(&engine.terminal);
+    let engine_runs = Arc::clone(&engine);
     let state = AppState {
         engine,
         server: Arc::new(config.server.clone()),
@@ -223,6 +235,8 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
     let result = server::serve(listener, state, shutdown_signal()).await;
     // Background jobs die with the server.
     engine_terminal.jobs.shutdown().await;
+    // The run recorder writes periodically: write the last events now.
+    engine_runs.runs.flush();
     result.map_err(|e| format!("server error: {e}"))
 }
 
@@ -387,36 +401,147 @@ fn policy_check(common: CommonArgs, command: &str, json: bool) -> Result<(), Str
     Ok(())
 }
 
+/// One row of `toolpilot runs`: the recorded run, with what it changed (from checkpoints).
+#[derive(serde::Serialize)]
+struct RunRow {
+    #[serde(flatten)]
+    summary: toolpilot::runs::Summary,
+    files_changed: usize,
+    undone: bool,
+}
+
+fn when(ms: u64) -> String {
+    let t = httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms));
+    t.get(5..25).unwrap_or(&t).to_string()
+}
+
 fn runs(common: CommonArgs, json: bool) -> Result<(), String> {
     let (_, ws, store) = checkpoints(&common)?;
-    let runs = store.list();
+    let recorded = toolpilot::runs::read_file_runs(&store.dir().join("runs.jsonl"), None);
+    let mut rows: Vec<RunRow> = recorded
+        .into_values()
+        .map(|(summary, _)| RunRow {
+            summary,
+            files_changed: 0,
+            undone: false,
+        })
+        .collect();
+    for c in store.list() {
+        match rows.iter_mut().find(|r| r.summary.id == c.run_id) {
+            Some(r) => {
+                r.files_changed = c.files.len();
+                r.undone = c.undone;
+            }
+            // Changed files before runs were recorded.
+            None => rows.push(RunRow {
+                summary: toolpilot::runs::Summary {
+                    id: c.run_id.clone(),
+                    status: "done".into(),
+                    started_ms: c.created * 1000,
+                    prompt: c.prompt.clone(),
+                    ..Default::default()
+                },
+                files_changed: c.files.len(),
+                undone: c.undone,
+            }),
+        }
+    }
+    rows.sort_by_key(|r| std::cmp::Reverse(r.summary.started_ms));
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&runs).unwrap_or_default()
+            serde_json::to_string_pretty(&rows).unwrap_or_default()
         );
         return Ok(());
     }
-    if runs.is_empty() {
-        println!("No run has changed files in {} yet.", ws.root().display());
+    if rows.is_empty() {
+        println!("No run recorded in {} yet.", ws.root().display());
         return Ok(());
     }
     println!(
-        "{:<22} {:<20} {:>5}  {:<8} prompt",
-        "run", "when (UTC)", "files", "state"
+        "{:<22} {:<20} {:<10} {:>6} {:>5} {:>5}  prompt",
+        "run", "started (UTC)", "status", "rounds", "tools", "files"
     );
-    for r in runs {
-        let when = httpdate::fmt_http_date(
-            std::time::UNIX_EPOCH + std::time::Duration::from_secs(r.created),
-        );
+    for r in rows {
+        let s = &r.summary;
         println!(
-            "{:<22} {:<20} {:>5}  {:<8} {}",
-            r.run_id,
-            when.get(5..22).unwrap_or(&when),
-            r.files.len(),
-            if r.undone { "undone" } else { "" },
-            toolpilot::tools::args::preview(&r.prompt.replace('\n', " "), 60)
+            "{:<22} {:<20} {:<10} {:>6} {:>5} {:>5}  {}",
+            s.id,
+            when(s.started_ms),
+            if r.undone { "undone" } else { &s.status },
+            s.rounds,
+            s.tool_calls,
+            r.files_changed,
+            toolpilot::tools::args::preview(&s.prompt.replace('\n', " "), 60)
         );
+    }
+    Ok(())
+}
+
+fn run_show(common: CommonArgs, id: &str, json: bool) -> Result<(), String> {
+    let (_, _, store) = checkpoints(&common)?;
+    let mut found = toolpilot::runs::read_file_runs(&store.dir().join("runs.jsonl"), Some(id));
+    let Some((summary, events)) = found.remove(id) else {
+        return Err(format!(
+            "no run {id:?} is recorded for this workspace (`toolpilot runs` lists them)"
+        ));
+    };
+    if json {
+        println!("{}", serde_json::json!({"run": summary, "events": events}));
+        return Ok(());
+    }
+    println!(
+        "run {}  {}  model {}  {} rounds, {} tool calls, {} + {} tokens",
+        summary.id,
+        summary.status,
+        summary.model,
+        summary.rounds,
+        summary.tool_calls,
+        summary.prompt_tokens,
+        summary.completion_tokens
+    );
+    println!("prompt: {}", summary.prompt);
+    let t0 = events.first().and_then(|e| e["t"].as_u64()).unwrap_or(0);
+    for e in &events {
+        let at = e["t"].as_u64().unwrap_or(t0).saturating_sub(t0);
+        let what = match e["type"].as_str().unwrap_or("") {
+            "request" => format!(
+                "request ({} messages, stream {})",
+                e["messages"], e["stream"]
+            ),
+            "round" => format!(
+                "round {}: {} ms, finish {}, tool calls {}",
+                e["n"], e["ms"], e["finish_reason"], e["tool_calls"]
+            ),
+            "tool_started" => format!(
+                "  {} {}",
+                e["tool"].as_str().unwrap_or(""),
+                e["arguments"].as_str().unwrap_or("")
+            ),
+            "tool" => format!(
+                "  {} {} in {} ms ({} bytes)",
+                e["tool"].as_str().unwrap_or(""),
+                e["status"].as_str().unwrap_or(""),
+                e["ms"],
+                e["result_bytes"]
+            ),
+            "approval" => format!(
+                "  approval {} for {}: {}",
+                e["approval"].as_str().unwrap_or(""),
+                e["tool"].as_str().unwrap_or(""),
+                e["outcome"].as_str().unwrap_or("")
+            ),
+            other => format!("{other} {}", {
+                let mut rest = e.clone();
+                if let Some(o) = rest.as_object_mut() {
+                    for k in ["run", "t", "type"] {
+                        o.remove(k);
+                    }
+                }
+                rest
+            }),
+        };
+        println!("{:>8} ms  {what}", at);
     }
     Ok(())
 }

@@ -19,11 +19,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
@@ -38,6 +38,7 @@ use crate::openai::{
     ChatRequest, ToolCall, Usage, assistant_message, tool_message, tool_spec_name,
 };
 use crate::policy::Policy;
+use crate::runs::Runs;
 use crate::terminal::Terminal;
 use crate::tools::edit::ApplyModel;
 use crate::tools::registry::{Approval, Approver, NoApprover, Outcome, Status};
@@ -108,6 +109,8 @@ pub struct RunHandle {
     /// The run itself; `None` once it has finished (its remaining events are still queued).
     driver: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     span: tracing::Span,
+    engine: Arc<Engine>,
+    started: Instant,
     pub run_id: String,
     _cancel: DropGuard,
 }
@@ -160,6 +163,12 @@ impl Drop for RunHandle {
         if self.driver.take().is_some() {
             self.span
                 .in_scope(|| tracing::info!("run cancelled: the client went away"));
+            self.engine.runs.end(
+                &self.run_id,
+                "cancelled",
+                self.started.elapsed(),
+                json!({"reason": "the client went away"}),
+            );
         }
     }
 }
@@ -180,6 +189,8 @@ pub struct Engine {
     pub approvals: Arc<Approvals>,
     /// Conversations handed to clients, to restore the rounds they did not see.
     pub handoffs: Handoffs,
+    /// What every run did (events, file, metrics).
+    pub runs: Runs,
     /// What is offered to the model when the client sends no `tools`.
     default_offer: Offer,
     tools_config: Arc<crate::config::ToolsConfig>,
@@ -226,6 +237,7 @@ impl Engine {
         let registry = Registry::new(policy, policy_config);
         let default_offer = Offer::default(&registry, &config);
         Ok(Engine {
+            runs: Runs::new(checkpoints.dir(), true),
             handoffs: Handoffs::new(
                 config.approvals.handoff_max_age,
                 config.approvals.handoff_max_bytes,
@@ -251,6 +263,14 @@ impl Engine {
         let token = cancel.clone();
         let run_id = opts.run_id.clone();
         let span = tracing::info_span!("run", run_id = %run_id);
+        let started = Instant::now();
+        self.runs.begin(
+            &run_id,
+            &self.shown_model(&req),
+            &last_user_text(&req.messages),
+            opts.live,
+            req.messages.len(),
+        );
         let driver = async move {
             let run = Run {
                 engine: &engine,
@@ -258,11 +278,28 @@ impl Engine {
                 opts: &opts,
                 tx: &tx,
                 cancel: &token,
+                started,
             };
-            if let Err(e) = run.run(req).await {
-                if !matches!(e, RunError::ClientGone) {
+            match run.run(req).await {
+                Ok(()) => {}
+                Err(RunError::ClientGone) => {
+                    engine.runs.end(
+                        &opts.run_id,
+                        "cancelled",
+                        started.elapsed(),
+                        json!({"reason": "the client went away"}),
+                    );
+                }
+                Err(e) => {
                     tracing::warn!(error = %e.message(), "run failed");
-                    let _ = tx.send(RunEvent::Failed(e.into_api())).await;
+                    let api = e.into_api();
+                    engine.runs.end(
+                        &opts.run_id,
+                        "failed",
+                        started.elapsed(),
+                        json!({"message": api.message}),
+                    );
+                    let _ = tx.send(RunEvent::Failed(api)).await;
                 }
             }
         }
@@ -271,6 +308,8 @@ impl Engine {
             events: rx,
             driver: Some(Box::pin(driver)),
             span,
+            engine: Arc::clone(self),
+            started,
             run_id,
             _cancel: cancel.drop_guard(),
         }
@@ -438,6 +477,7 @@ struct Run<'a> {
     opts: &'a RunOptions,
     tx: &'a mpsc::Sender<RunEvent>,
     cancel: &'a CancellationToken,
+    started: Instant,
 }
 
 /// The end of the text sent so far, to separate the text of consecutive rounds.
@@ -475,7 +515,62 @@ impl TextTail {
 
 impl Run<'_> {
     async fn send(&self, ev: RunEvent) -> Result<(), RunError> {
+        self.record(&ev);
         self.tx.send(ev).await.map_err(|_| RunError::ClientGone)
+    }
+
+    /// Records what the client is told, as run events.
+    fn record(&self, ev: &RunEvent) {
+        let runs = &self.engine.runs;
+        let id = &self.opts.run_id;
+        match ev {
+            RunEvent::ToolStarted {
+                id: call,
+                name,
+                arguments,
+            } => runs.event(
+                id,
+                "tool_started",
+                json!({"call": call, "tool": name,
+                       "arguments": crate::tools::args::preview(arguments, 500)}),
+            ),
+            RunEvent::ToolFinished {
+                id: call,
+                name,
+                status,
+                duration,
+                result_bytes,
+            } => runs.tool(
+                id,
+                name,
+                status.label(),
+                *duration,
+                json!({"call": call, "tool": name, "status": status.label(),
+                       "ms": duration.as_millis() as u64, "result_bytes": result_bytes}),
+            ),
+            RunEvent::ClientToolCalls(calls) => runs.event(
+                id,
+                "handed_to_client",
+                json!({"calls": calls.iter().map(|c| json!({"call": c.id, "tool": c.name})).collect::<Vec<_>>()}),
+            ),
+            RunEvent::Done {
+                finish_reason,
+                usage,
+                rounds,
+                ..
+            } => runs.end(
+                id,
+                "done",
+                self.started.elapsed(),
+                json!({"finish_reason": finish_reason, "rounds": rounds,
+                       "usage": usage, "ms": self.started.elapsed().as_millis() as u64}),
+            ),
+            RunEvent::Content(_)
+            | RunEvent::Reasoning(_)
+            | RunEvent::ApprovalPending(_)
+            | RunEvent::ApprovalResolved { .. }
+            | RunEvent::Failed(_) => {}
+        }
     }
 
     async fn run(&self, req: ChatRequest) -> Result<(), RunError> {
@@ -550,7 +645,20 @@ impl Run<'_> {
             } else {
                 Arc::default()
             };
+            let round_started = Instant::now();
             let round = self.round_with_retries(&body, &names, &mut tail).await?;
+            engine.runs.round(
+                &self.opts.run_id,
+                json!({
+                    "n": round_no,
+                    "ms": round_started.elapsed().as_millis() as u64,
+                    "usage": round.usage,
+                    "finish_reason": round.finish_reason,
+                    "content_chars": round.content.chars().count(),
+                    "tool_calls": round.tool_calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+                }),
+                round_started.elapsed(),
+            );
             if let Some(u) = &round.usage {
                 usage.add(u);
             }
@@ -666,6 +774,9 @@ impl Run<'_> {
                 Ok(round) => return Ok(round),
                 Err(RoundError::ClientGone) => return Err(RunError::ClientGone),
                 Err(RoundError::Upstream(e)) => {
+                    self.engine
+                        .runs
+                        .upstream_error(&self.opts.run_id, &e.kind(), &e.to_string());
                     if e.retryable() && !forwarded && attempt < max_retries {
                         let wait = backoff(attempt, e.retry_after(), base, cap);
                         tracing::warn!(error = %e, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "upstream round failed; retrying");
@@ -864,6 +975,11 @@ impl Approver for RunApprover<'_> {
             );
             let id = ticket.info.id.clone();
             tracing::info!(tool = %name, approval = %id, "waiting for approval");
+            self.engine.runs.event(
+                self.run_id,
+                "approval",
+                json!({"approval": id, "tool": name, "outcome": "waiting", "reason": reason}),
+            );
             if self
                 .tx
                 .send(RunEvent::ApprovalPending(ticket.info.clone()))
@@ -907,6 +1023,11 @@ impl Approver for RunApprover<'_> {
                 ),
             };
             tracing::info!(tool = %name, approval = %id, outcome, "approval answered");
+            self.engine.runs.event(
+                self.run_id,
+                "approval",
+                json!({"approval": id, "tool": name, "outcome": outcome}),
+            );
             let _ = self
                 .tx
                 .send(RunEvent::ApprovalResolved {

@@ -581,3 +581,107 @@ pub async fn answer_approval(
         Err(e @ AnswerError::SaveRule { .. }) => ApiError::internal(e.to_string()).into_response(),
     }
 }
+
+/// `GET /v1/runs`: the runs since the server started (the last 200), newest first.
+pub async fn runs(State(state): State<AppState>) -> Response {
+    axum::Json(serde_json::json!({"object": "list", "data": state.engine.runs.list()}))
+        .into_response()
+}
+
+fn unknown_run(id: &str) -> Response {
+    ApiError::not_found(format!(
+        "there is no run with the id {id:?} (GET /v1/runs lists the recent ones; the id is in \
+         each response's x-toolpilot-run-id header)"
+    ))
+    .into_response()
+}
+
+/// `GET /v1/runs/{id}`: a run's summary and its events (also runs from before a restart).
+pub async fn run(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+    let engine = std::sync::Arc::clone(&state.engine);
+    let found = {
+        let id = id.clone();
+        tokio::task::spawn_blocking(move || engine.runs.get_json(&id))
+            .await
+            .ok()
+            .flatten()
+    };
+    match found {
+        Some(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
+        None => unknown_run(&id),
+    }
+}
+
+/// `GET /v1/runs/{id}/events`: the run's events as SSE (`data: {…}` each), first those so far,
+/// then live ones as they happen, then `event: end` when the run has ended. A client that
+/// lost its chat stream can follow its run here.
+pub async fn run_events(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+    let Some((past, rx)) = state.engine.runs.follow(&id) else {
+        return unknown_run(&id);
+    };
+    struct Follow {
+        past: std::collections::VecDeque<Bytes>,
+        rx: tokio::sync::broadcast::Receiver<Bytes>,
+        keepalive: Duration,
+        ended: bool,
+        finished: bool,
+    }
+    let state = Follow {
+        past: past.into(),
+        rx,
+        keepalive: state.server.keepalive,
+        ended: false,
+        finished: false,
+    };
+    let frame = |ev: &Bytes, f: &mut Follow| {
+        f.ended |= crate::runs::is_end(ev);
+        let mut b = BytesMut::with_capacity(ev.len() + 8);
+        b.extend_from_slice(b"data: ");
+        b.extend_from_slice(ev);
+        b.extend_from_slice(b"\n\n");
+        b.freeze()
+    };
+    let stream = futures_util::stream::unfold(state, move |mut f| async move {
+        use tokio::sync::broadcast::error::RecvError;
+        if f.finished {
+            return None;
+        }
+        let bytes = if let Some(ev) = f.past.pop_front() {
+            frame(&ev, &mut f)
+        } else if f.ended {
+            f.finished = true;
+            Bytes::from_static(b"event: end\ndata: {}\n\n")
+        } else {
+            match tokio::time::timeout(f.keepalive, f.rx.recv()).await {
+                Err(_) => Bytes::from_static(KEEPALIVE),
+                Ok(Ok(ev)) => frame(&ev, &mut f),
+                Ok(Err(RecvError::Lagged(n))) => {
+                    Bytes::from(format!(": {n} events were skipped (too slow a reader)\n\n"))
+                }
+                Ok(Err(RecvError::Closed)) => {
+                    f.finished = true;
+                    Bytes::from_static(b"event: end\ndata: {}\n\n")
+                }
+            }
+        };
+        Some((Ok::<Bytes, Infallible>(bytes), f))
+    });
+    let mut resp = Response::new(Body::from_stream(stream));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let engine = &state.engine;
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        engine.runs.prometheus(engine.approvals.list().len()),
+    )
+        .into_response()
+}

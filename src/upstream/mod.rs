@@ -50,6 +50,19 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// A short label for metrics: "connect", "timeout", "http_429", "in_stream", …
+    pub fn kind(&self) -> String {
+        match self {
+            UpstreamError::Connect { .. } => "connect".into(),
+            UpstreamError::Timeout { .. } => "timeout".into(),
+            UpstreamError::Status { status, .. } => format!("http_{status}"),
+            UpstreamError::InStream(_) => "in_stream".into(),
+            UpstreamError::Truncated(_) => "truncated".into(),
+            UpstreamError::Body(_) => "body".into(),
+            UpstreamError::TooLarge(_) => "too_large".into(),
+        }
+    }
+
     /// Worth another attempt (if nothing has reached the client yet).
     pub fn retryable(&self) -> bool {
         match self {

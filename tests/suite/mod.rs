@@ -8,5 +8,6 @@ mod errors;
 mod policy;
 mod progress;
 mod python_sdk;
+mod runs;
 mod terminal;
 mod tools;
