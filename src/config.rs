@@ -113,6 +113,9 @@ pub enum ApprovalMode {
     /// The run waits for an approval over HTTP (`/v1/approvals`) or in the console, up to
     /// `timeout`; then the call is denied and the model told why.
     Wait,
+    /// The run stops before the call and answers with what waits and how to reply; the next
+    /// message ("approve", "deny …") resumes it exactly there.
+    Pause,
     /// The call is refused at once; the model is told it needs approval.
     Deny,
 }
@@ -127,6 +130,8 @@ pub struct ApprovalsConfig {
     /// the rounds it did not see.
     pub handoff_max_age: Duration,
     pub handoff_max_bytes: usize,
+    /// How long a paused run can be resumed.
+    pub pause_expiry: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -263,6 +268,7 @@ struct ApprovalsFile {
     handoff: Option<bool>,
     handoff_max_age_secs: Option<f64>,
     handoff_max_bytes: Option<usize>,
+    pause_expiry_secs: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -682,9 +688,10 @@ impl Config {
             mode: match ap.mode.as_deref() {
                 None | Some("wait") => ApprovalMode::Wait,
                 Some("deny") => ApprovalMode::Deny,
+                Some("pause") => ApprovalMode::Pause,
                 Some(other) => {
                     return Err(err(format!(
-                        "approvals.mode: {other:?} is not one of \"wait\", \"deny\""
+                        "approvals.mode: {other:?} is not one of \"wait\", \"pause\", \"deny\""
                     )));
                 }
             },
@@ -700,6 +707,7 @@ impl Config {
                 ap.handoff_max_bytes,
                 64 << 20,
             )?,
+            pause_expiry: secs("approvals.pause_expiry_secs", ap.pause_expiry_secs, 3600.0)?,
         };
         Ok(Config {
             workspace,
@@ -864,6 +872,7 @@ mod tests {
             "handoff",
             "handoff_max_age_secs",
             "handoff_max_bytes",
+            "pause_expiry_secs",
             "url",
             "model",
             "api_key_env",

@@ -48,7 +48,9 @@ use crate::upstream::{RequestBody, Upstream, UpstreamError, demo};
 use crate::workspace::Workspace;
 
 mod handoff;
+pub mod pause;
 pub use handoff::Handoffs;
+use pause::{PauseStore, Paused, Reply};
 
 /// What a run reports, in order. The last event is `Done` or `Failed`.
 #[derive(Debug, Clone)]
@@ -191,6 +193,8 @@ pub struct Engine {
     pub handoffs: Handoffs,
     /// What every run did (events, file, metrics).
     pub runs: Runs,
+    /// Runs paused for an in-band approval.
+    pub pauses: PauseStore,
     /// What is offered to the model when the client sends no `tools`.
     default_offer: Offer,
     tools_config: Arc<crate::config::ToolsConfig>,
@@ -236,7 +240,10 @@ impl Engine {
         let shadow = Shadow::new(checkpoints.dir(), workspace.root());
         let registry = Registry::new(policy, policy_config);
         let default_offer = Offer::default(&registry, &config);
+        let pauses = PauseStore::new(checkpoints.dir(), config.approvals.pause_expiry);
+        pauses.sweep();
         Ok(Engine {
+            pauses,
             runs: Runs::new(checkpoints.dir(), true),
             handoffs: Handoffs::new(
                 config.approvals.handoff_max_age,
@@ -621,7 +628,37 @@ impl Run<'_> {
         let mut tail = TextTail::default();
         let mut seen: HashMap<(String, String), String> = HashMap::new();
         let mut round_no = 0u32;
+        // The user answering a paused run: continue it where it stopped.
+        let mut resume: Option<(Paused, Reply)> = None;
+        match engine.pauses.take_for(&req.messages) {
+            None => {}
+            Some(Ok((paused, reply))) => {
+                tracing::info!(pause = %paused.id, reply = ?reply, "resuming a paused run");
+                messages = paused.messages.clone();
+                usage = paused.usage;
+                round_no = paused.round_no;
+                resume = Some((paused, reply));
+            }
+            Some(Err(why)) => {
+                self.send(RunEvent::Content(format!(
+                    "toolpilot: {why}; nothing was run. Send your request again to continue."
+                )))
+                .await?;
+                return self
+                    .send(RunEvent::Done {
+                        finish_reason: "stop".into(),
+                        usage,
+                        model: shown_model,
+                        rounds: 0,
+                    })
+                    .await;
+            }
+        }
         loop {
+            if let Some((paused, reply)) = resume.take() {
+                self.resume(&paused, reply, &offer, &env, &mut seen, &mut messages)
+                    .await?;
+            }
             round_no += 1;
             let tools_allowed = round_no <= max_rounds;
             let request_usage = engine
@@ -721,6 +758,62 @@ impl Run<'_> {
                     server_calls.push(call.clone());
                 }
             }
+            // In-band approval: stop before this round's calls and ask the user.
+            if client_calls.is_empty()
+                && engine.config.approvals.mode == ApprovalMode::Pause
+                && !engine.config.agent.approve_asks
+                && self.opts.approvals_reachable
+            {
+                let asks: Vec<pause::Ask> = server_calls
+                    .iter()
+                    .filter(|c| offer.server.contains(&c.name))
+                    .filter_map(|c| {
+                        let (reason, rules) = engine.registry.ask_of(c, &env)?;
+                        Some(pause::Ask {
+                            call_id: c.id.clone(),
+                            tool: c.name.clone(),
+                            arguments: c.arguments.clone(),
+                            reason,
+                            rules,
+                        })
+                    })
+                    .collect();
+                if !asks.is_empty() {
+                    let saved = engine.pauses.save(Paused {
+                        id: String::new(),
+                        run_id: self.opts.run_id.clone(),
+                        created_at: 0,
+                        expires_at: 0,
+                        messages: messages.clone(),
+                        calls: server_calls.clone(),
+                        asks,
+                        usage,
+                        round_no,
+                    });
+                    let saved = saved.map_err(|e| {
+                        RunError::Api(ApiError::internal(format!(
+                            "a call needs approval, but the run could not be paused (saving its \
+                             state failed: {e})"
+                        )))
+                    })?;
+                    engine.runs.event(
+                        &self.opts.run_id,
+                        "paused",
+                        json!({"pause": saved.id, "calls": saved.asks.iter().map(|a| &a.tool).collect::<Vec<_>>()}),
+                    );
+                    let text = format!("{}{}", tail.separator(), PauseStore::question(&saved));
+                    tail.note(&text);
+                    self.send(RunEvent::Content(text)).await?;
+                    return self
+                        .send(RunEvent::Done {
+                            finish_reason: "stop".into(),
+                            usage,
+                            model: shown_model,
+                            rounds: round_no,
+                        })
+                        .await;
+                }
+            }
             let results = self
                 .run_tools(&server_calls, &offer, &env, &mut seen)
                 .await?;
@@ -750,6 +843,46 @@ impl Run<'_> {
                     .await;
             }
         }
+    }
+
+    /// Runs the calls of a paused round as the user answered, and appends their results.
+    async fn resume(
+        &self,
+        paused: &Paused,
+        reply: Reply,
+        offer: &Offer,
+        env: &ToolEnv,
+        seen: &mut HashMap<(String, String), String>,
+        messages: &mut Vec<Value>,
+    ) -> Result<(), RunError> {
+        let engine = self.engine;
+        if reply == (Reply::Approve { always: true }) {
+            let rules: Vec<String> = paused.asks.iter().flat_map(|a| a.rules.clone()).collect();
+            let saved = engine
+                .approvals
+                .save_rules(&rules)
+                .and_then(|()| engine.registry.allow(&rules));
+            match saved {
+                Ok(()) => tracing::info!(?rules, "allow rules added by an in-band approval"),
+                Err(e) => tracing::warn!(error = %e, "could not save the always-allow rules"),
+            }
+        }
+        engine.runs.event(
+            &self.opts.run_id,
+            "resumed",
+            json!({"pause": paused.id, "from_run": paused.run_id, "reply": format!("{reply:?}")}),
+        );
+        let preset = Preset(reply.clone());
+        let results = self
+            .run_tools_with(&paused.calls, offer, env, seen, &preset)
+            .await?;
+        for (call, content) in paused.calls.iter().zip(results) {
+            messages.push(tool_message(&call.id, content));
+        }
+        if let Reply::Other(text) = reply {
+            messages.push(json!({"role": "user", "content": text}));
+        }
+        Ok(())
     }
 
     /// One round, retried with backoff on retryable failures as long as nothing of the
@@ -850,13 +983,25 @@ impl Run<'_> {
         env: &ToolEnv,
         seen: &mut HashMap<(String, String), String>,
     ) -> Result<Vec<String>, RunError> {
-        let reg = &self.engine.registry;
         let approver = RunApprover {
             engine: self.engine,
             run_id: &self.opts.run_id,
             tx: self.tx,
             reachable: self.opts.approvals_reachable,
         };
+        self.run_tools_with(calls, offer, env, seen, &approver)
+            .await
+    }
+
+    async fn run_tools_with(
+        &self,
+        calls: &[ToolCall],
+        offer: &Offer,
+        env: &ToolEnv,
+        seen: &mut HashMap<(String, String), String>,
+        approver: &dyn Approver,
+    ) -> Result<Vec<String>, RunError> {
+        let reg = &self.engine.registry;
         let detect = self.engine.config.agent.detect_repeats;
         let mut results: Vec<Option<String>> = vec![None; calls.len()];
         let mut i = 0;
@@ -902,7 +1047,7 @@ impl Run<'_> {
             let outcomes: Vec<Outcome> = join_all(
                 batch
                     .iter()
-                    .map(|&k| reg.dispatch(&calls[k], env, &approver)),
+                    .map(|&k| reg.dispatch(&calls[k], env, approver)),
             )
             .await;
             for (&k, outcome) in batch.iter().zip(outcomes) {
@@ -928,6 +1073,42 @@ impl Run<'_> {
     }
 }
 
+/// The user's in-band answer, applied to the calls of a resumed round.
+struct Preset(Reply);
+
+impl Approver for Preset {
+    fn approve<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        _: &'a str,
+        _: &'a [Target],
+    ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
+        let name = &call.name;
+        let a = match &self.0 {
+            Reply::Approve { .. } => Approval::Approved("the user, in the chat".into()),
+            Reply::Deny { reason } => Approval::Refused(
+                format!(
+                    "{name} was not run: the user denied it{}. Do not retry it; do without it, \
+                     or ask the user how to proceed.",
+                    reason
+                        .as_ref()
+                        .map(|w| format!(" (\"{w}\")"))
+                        .unwrap_or_default()
+                ),
+                Status::Denied,
+            ),
+            Reply::Other(_) => Approval::Refused(
+                format!(
+                    "{name} was not run: the user did not approve it and wrote something else \
+                     instead (their message follows). Do what they ask now."
+                ),
+                Status::Denied,
+            ),
+        };
+        Box::pin(std::future::ready(a))
+    }
+}
+
 /// How one run resolves calls the policy asks about: `--yes`, else the configured mode, and
 /// whether anyone can answer at all.
 struct RunApprover<'r> {
@@ -950,7 +1131,8 @@ impl Approver for RunApprover<'_> {
             if cfg.agent.approve_asks {
                 return Approval::Approved("--yes".into());
             }
-            if cfg.approvals.mode == ApprovalMode::Deny {
+            if matches!(cfg.approvals.mode, ApprovalMode::Deny | ApprovalMode::Pause) {
+                // (Pause stops runs before such calls; one that still gets here is refused.)
                 return NoApprover.approve(call, reason, targets).await;
             }
             if !self.reachable {

@@ -189,6 +189,24 @@ impl Registry {
         )
     }
 
+    /// When the policy asks about a call: the reason, and the rules that would allow such
+    /// calls ("always").
+    pub fn ask_of(&self, call: &ToolCall, env: &ToolEnv) -> Option<(String, Vec<String>)> {
+        let tool = self.get(&call.name)?;
+        let args = Args::parse(&call.arguments).ok()?;
+        let invocation = tool.prepare(&args, env).ok()?;
+        match self
+            .policy()
+            .decide(&call.name, &invocation.targets, &env.workspace)
+        {
+            Decision::Ask { reason } => Some((
+                reason,
+                crate::approvals::rules_for(&call.name, &invocation.targets),
+            )),
+            _ => None,
+        }
+    }
+
     /// Runs one call of a built-in tool through the policy. Never fails: every problem
     /// becomes text the model can act on.
     pub async fn dispatch(

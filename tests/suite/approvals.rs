@@ -372,3 +372,138 @@ async fn handed_off_calls_come_back_with_the_server_side_history_restored() {
     assert_eq!(tool_result(&reqs[2], "w1"), "created c.txt");
     check_conversation_invariants(&reqs);
 }
+
+const PAUSE: &str = "[policy]\nask = [\"read_file(src/gen/**)\"]\n[approvals]\nmode = \"pause\"\n";
+
+/// The conversation a chat client sends next: its history, the answer it got, its reply.
+fn reply_to(first: &Value, answer: &str, reply: &str) -> Value {
+    let mut next = first.clone();
+    let m = next["messages"].as_array_mut().unwrap();
+    m.push(json!({"role": "assistant", "content": answer}));
+    m.push(json!({"role": "user", "content": reply}));
+    next
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_asks_in_the_answer_and_resumes_on_approve() {
+    let s = server(PAUSE, read_gen_script()).await;
+    let first = ask("read the generated file");
+    let r = s.chat_stream(first.clone()).await;
+    assert!(r.done_last);
+    assert_eq!(r.finish_reason().as_deref(), Some("stop"));
+    let answer = r.content();
+    assert!(answer.starts_with("toolpilot needs your approval before it continues:\n\n- `read_file` {\"filepath\":\"src/gen/out.rs\"} (policy.ask[0] `read_file(src/gen/**)` requires approval)"), "{answer}");
+    assert!(
+        answer.contains("Reply **approve** to run it, **always**"),
+        "{answer}"
+    );
+    assert!(answer.contains("(toolpilot approval pause-"), "{answer}");
+    assert_eq!(
+        s.requests().len(),
+        1,
+        "nothing ran, nothing was asked upstream"
+    );
+
+    let r = s.chat(reply_to(&first, &answer, "approve")).await;
+    assert_eq!(
+        r.body["choices"][0]["message"]["content"], "done",
+        "{}",
+        r.text
+    );
+    let reqs = s.requests();
+    assert_eq!(reqs.len(), 2);
+    // Exactly where it stopped: the paused round's call ran, the model sees its result.
+    let roles: Vec<&str> = reqs[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool"]);
+    assert_eq!(tool_result(&reqs[1], "c1"), "// generated\n");
+    check_conversation_invariants(&reqs);
+
+    // The same answer again: that pause is closed.
+    let again = s.chat(reply_to(&first, &answer, "approve")).await;
+    let text = again.body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains("is no longer open"), "{text}");
+    assert!(text.contains("nothing was run"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_survives_a_restart_and_takes_a_denial_with_its_reason() {
+    let s = server(
+        PAUSE,
+        json!({"rounds": [read_gen_script()["rounds"][0].clone()]}),
+    )
+    .await;
+    let first = ask("read the generated file");
+    let answer = s.chat(first.clone()).await.body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dir = s.dir.clone();
+    drop(s);
+    let s = TestServer::builder()
+        .config(PAUSE)
+        .script(json!({"rounds": [{"text": "understood"}]}))
+        .reuse_dir(dir)
+        .start()
+        .await;
+    let r = s.chat(reply_to(&first, &answer, "deny: not on main")).await;
+    assert_eq!(r.body["choices"][0]["message"]["content"], "understood");
+    assert_eq!(
+        tool_result(&s.requests()[0], "c1"),
+        "read_file was not run: the user denied it (\"not on main\"). Do not retry it; do \
+         without it, or ask the user how to proceed."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answering_something_else_passes_the_message_on_and_always_writes_a_rule() {
+    let script = json!({"rounds": [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"filepath": "src/gen/out.rs"}}]},
+        {"text": "listing instead"},
+        {"tool_calls": [{"id": "c2", "name": "read_file", "arguments": {"filepath": "src/gen/out.rs"}}]},
+        {"text": "read it"}
+    ]});
+    let s = server(PAUSE, script).await;
+    let first = ask("read the generated file");
+    let answer = s.chat(first.clone()).await.body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.chat(reply_to(&first, &answer, "list the files first"))
+        .await;
+    let reqs = s.requests();
+    let last = reqs[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        last,
+        json!({"role": "user", "content": "list the files first"})
+    );
+    assert!(tool_result(&reqs[1], "c1").contains("did not approve it and wrote something else"));
+
+    // Pause again, answer "always": it runs, and such calls no longer ask.
+    let second = ask("now read it");
+    let answer = s.chat(second.clone()).await.body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(answer.contains("toolpilot needs your approval"), "{answer}");
+    let r = s.chat(reply_to(&second, &answer, "always")).await;
+    assert_eq!(r.body["choices"][0]["message"]["content"], "read it");
+    assert_eq!(tool_result(&s.requests()[3], "c2"), "// generated\n");
+    let saved = std::fs::read_dir(s.dir.path().join("state/workspaces"))
+        .unwrap()
+        .flatten()
+        .map(|d| std::fs::read_to_string(d.path().join("approved-rules.toml")).unwrap_or_default())
+        .collect::<String>();
+    assert!(saved.contains("read_file(src/gen/out.rs)"), "{saved}");
+}
