@@ -72,6 +72,10 @@ pub enum RunEvent {
         status: Status,
         duration: Duration,
         result_bytes: usize,
+        /// The start of the result of a tool that changes things (an edit's diff, a command's
+        /// output), for the run's record; empty for read-only tools, whose results are file
+        /// contents that are not kept.
+        preview: String,
     },
     /// Calls of the client's own tools, handed back (`finish_reason: "tool_calls"`).
     ClientToolCalls(Vec<ToolCall>),
@@ -547,13 +551,15 @@ impl Run<'_> {
                 status,
                 duration,
                 result_bytes,
+                preview,
             } => runs.tool(
                 id,
                 name,
                 status.label(),
                 *duration,
                 json!({"call": call, "tool": name, "status": status.label(),
-                       "ms": duration.as_millis() as u64, "result_bytes": result_bytes}),
+                       "ms": duration.as_millis() as u64, "result_bytes": result_bytes,
+                       "result": preview}),
             ),
             RunEvent::ClientToolCalls(calls) => runs.event(
                 id,
@@ -1059,6 +1065,11 @@ impl Run<'_> {
                     status: outcome.status,
                     duration: outcome.duration,
                     result_bytes: outcome.content.len(),
+                    preview: if reg.read_only(&c.name) {
+                        String::new()
+                    } else {
+                        crate::tools::args::preview(&outcome.content, 2000)
+                    },
                 })
                 .await?;
                 results[k] = Some(outcome.content);

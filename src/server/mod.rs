@@ -5,6 +5,7 @@
 //! the bearer token when one is configured). Panics become an OpenAI-shaped 500. Only this
 //! module and `error.rs` know axum.
 
+mod console;
 pub mod routes;
 pub mod sse;
 
@@ -56,6 +57,10 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(routes::healthz))
         .route("/v1/runs/{id}/undo", post(routes::undo))
         .route("/v1/jobs", get(routes::jobs))
+        .route("/", get(console::page))
+        .route("/console.js", get(console::script))
+        .route("/console.css", get(console::style))
+        .route("/favicon.ico", get(console::no_icon))
         .route("/v1/approvals", get(routes::approvals))
         .route("/v1/runs", get(routes::runs))
         .route("/v1/runs/{id}", get(routes::run))
@@ -173,6 +178,16 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
     let origin = headers
         .get(header::ORIGIN)
         .map(|o| o.to_str().unwrap_or("").to_string());
+    // The console's own requests carry its origin, which is this server's: `http://` + the
+    // Host that passed the check above (a page elsewhere, even on another loopback port, has
+    // another origin).
+    let same_origin = origin.as_deref().is_some_and(|o| {
+        headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .is_some_and(|h| o.eq_ignore_ascii_case(&format!("http://{h}")))
+    });
+    let origin = origin.filter(|_| !same_origin);
     if let Some(origin) = &origin {
         if !cfg.allowed_origins.iter().any(|o| o == origin) {
             return ApiError::forbidden(format!(
@@ -187,8 +202,15 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
             return cors(StatusCode::NO_CONTENT.into_response(), origin);
         }
     }
+    // The console's files are static and hold no data: they load without the token (the page
+    // then sends it, from its URL fragment, with every API call).
+    let static_console = req.method() == Method::GET
+        && matches!(
+            req.uri().path(),
+            "/" | "/console.js" | "/console.css" | "/favicon.ico"
+        );
     if let Some(token) = &cfg.bearer_token {
-        if !bearer_matches(req.headers(), token) {
+        if !static_console && !bearer_matches(req.headers(), token) {
             return ApiError::unauthorized(format!(
                 "missing or wrong bearer token: send `Authorization: Bearer <token>` with the \
                  token from {}",

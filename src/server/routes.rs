@@ -190,8 +190,8 @@ impl Outbound {
             RunEvent::ApprovalPending(p) => {
                 let line = format!(
                     "waiting for approval: {} {} ({}). Approve with POST /v1/approvals/{} \
-                     {{\"decision\":\"approve\"}} (or \"deny\"); denied \
-                     automatically after {} s",
+                     {{\"decision\":\"approve\"}} (or \"deny\"), or in \
+                     the console at /; denied automatically after {} s",
                     p.tool,
                     crate::tools::args::preview(&p.arguments, 160),
                     p.reason,
