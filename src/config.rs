@@ -72,6 +72,9 @@ pub struct ServerConfig {
     pub keepalive: Duration,
     /// Where streamed responses show server-side tool activity.
     pub progress: Progress,
+    /// Runs go on when their client disconnects, and can be re-attached by id (a request's
+    /// `x-toolpilot-detach` header overrides this).
+    pub detach: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -301,6 +304,7 @@ struct ServerFile {
     max_body_bytes: Option<usize>,
     keepalive_secs: Option<f64>,
     progress: Option<String>,
+    detach: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -464,6 +468,7 @@ impl Config {
                     )));
                 }
             },
+            detach: s.detach.unwrap_or(false),
         };
 
         let u = file.upstream.unwrap_or_default();
@@ -867,6 +872,7 @@ mod tests {
             "max_body_bytes",
             "keepalive_secs",
             "progress",
+            "detach",
             "mode",
             "timeout_secs",
             "handoff",

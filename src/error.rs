@@ -57,6 +57,12 @@ impl ApiError {
         ApiError::new(StatusCode::FORBIDDEN, "permission_error", message)
     }
 
+    /// A run that was stopped on request.
+    pub fn cancelled(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::CONFLICT, "invalid_request_error", message)
+            .with_code("run_cancelled")
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }

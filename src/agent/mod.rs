@@ -47,6 +47,7 @@ use crate::upstream::accumulate::{Accumulator, Piece, Round};
 use crate::upstream::{RequestBody, Upstream, UpstreamError, demo};
 use crate::workspace::Workspace;
 
+pub mod detach;
 mod handoff;
 pub mod pause;
 pub use handoff::Handoffs;
@@ -199,6 +200,8 @@ pub struct Engine {
     pub runs: Runs,
     /// Runs paused for an in-band approval.
     pub pauses: PauseStore,
+    /// Runs that go on without their client (`x-toolpilot-detach`).
+    pub detached: detach::Detached,
     /// What is offered to the model when the client sends no `tools`.
     default_offer: Offer,
     tools_config: Arc<crate::config::ToolsConfig>,
@@ -247,6 +250,7 @@ impl Engine {
         let pauses = PauseStore::new(checkpoints.dir(), config.approvals.pause_expiry);
         pauses.sweep();
         Ok(Engine {
+            detached: detach::Detached::default(),
             pauses,
             runs: Runs::new(checkpoints.dir(), true),
             handoffs: Handoffs::new(

@@ -65,6 +65,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs", get(routes::runs))
         .route("/v1/runs/{id}", get(routes::run))
         .route("/v1/runs/{id}/events", get(routes::run_events))
+        .route("/v1/runs/{id}/attach", get(routes::attach))
+        .route("/v1/runs/{id}/cancel", post(routes::cancel))
         .route("/metrics", get(routes::metrics))
         .route("/v1/approvals/{id}", post(routes::answer_approval))
         .route("/v1/policy/check", post(routes::policy_check))
@@ -238,7 +240,9 @@ fn cors(mut resp: Response, origin: &str) -> Response {
     );
     h.insert(
         header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("authorization, content-type, x-toolpilot-current-file"),
+        HeaderValue::from_static(
+            "authorization, content-type, x-toolpilot-current-file, x-toolpilot-detach",
+        ),
     );
     h.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,

@@ -1,5 +1,6 @@
 //! The handlers: chat completions (streamed and not), models, health, and the fallbacks.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -14,10 +15,39 @@ use serde_json::json;
 
 use super::sse::{ChunkEncoder, KEEPALIVE};
 use super::{AppState, CURRENT_FILE_HEADER, RunId};
+use crate::agent::detach::ReplayReader;
 use crate::agent::{RunEvent, RunHandle, RunOptions};
 use crate::config::Progress;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, ToolCall};
+
+/// Where a response reads its run's events: the run itself, or a detached run's replay.
+pub trait EventSource: Send + 'static {
+    fn recv(&mut self) -> impl std::future::Future<Output = Option<RunEvent>> + Send;
+    fn try_recv(&mut self) -> Option<RunEvent>;
+}
+
+impl EventSource for RunHandle {
+    fn recv(&mut self) -> impl std::future::Future<Output = Option<RunEvent>> + Send {
+        RunHandle::recv(self)
+    }
+    fn try_recv(&mut self) -> Option<RunEvent> {
+        RunHandle::try_recv(self)
+    }
+}
+
+impl EventSource for ReplayReader {
+    fn recv(&mut self) -> impl std::future::Future<Output = Option<RunEvent>> + Send {
+        ReplayReader::recv(self)
+    }
+    fn try_recv(&mut self) -> Option<RunEvent> {
+        ReplayReader::try_recv(self)
+    }
+}
+
+/// The header that asks for a run that goes on without its client (re-attach with
+/// `GET /v1/runs/{id}/attach`).
+pub const DETACH_HEADER: &str = "x-toolpilot-detach";
 
 pub async fn chat_completions(
     State(state): State<AppState>,
@@ -40,6 +70,24 @@ pub async fn chat_completions(
             .map(str::to_string)
             .filter(|s| !s.trim().is_empty());
     }
+    let detach = match headers
+        .get(DETACH_HEADER)
+        .map(|v| v.to_str().map(str::trim))
+    {
+        None => state.server.detach,
+        Some(Ok("1" | "true" | "yes")) => true,
+        Some(Ok("0" | "false" | "no")) => false,
+        Some(_) => {
+            return ApiError::invalid(
+                DETACH_HEADER,
+                format!(
+                    "the {DETACH_HEADER} header must be \"true\" (the run goes on without its \
+                     client and can be re-attached with GET /v1/runs/{{id}}/attach) or \"false\""
+                ),
+            )
+            .into_response();
+        }
+    };
     let model = state.engine.shown_model(&req);
     let stream = req.stream;
     let include_usage = req.include_usage;
@@ -52,9 +100,24 @@ pub async fn chat_completions(
         },
     );
     let enc = ChunkEncoder::new(&run_id, &model);
+    if detach {
+        let reader = state.engine.detached.spawn(handle);
+        respond(&state, reader, enc, stream, include_usage).await
+    } else {
+        respond(&state, handle, enc, stream, include_usage).await
+    }
+}
+
+async fn respond<S: EventSource>(
+    state: &AppState,
+    source: S,
+    enc: ChunkEncoder,
+    stream: bool,
+    include_usage: bool,
+) -> Response {
     if stream {
         stream_response(
-            handle,
+            source,
             enc,
             include_usage,
             state.server.keepalive,
@@ -62,7 +125,42 @@ pub async fn chat_completions(
         )
         .await
     } else {
-        collect_response(handle, enc).await
+        collect_response(source, enc).await
+    }
+}
+
+/// `GET /v1/runs/{id}/attach[?stream=false]`: the answer of a detached run, from its start
+/// (what was already said is replayed), as a chat-completion stream, or as one completion
+/// when `stream=false` (waits for the end).
+pub async fn attach(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<HashMap<String, String>>,
+) -> Response {
+    let Some(reader) = state.engine.detached.attach(&id) else {
+        return ApiError::not_found(format!(
+            "no detached run {id:?} to attach to: only runs started with the header \
+             `{DETACH_HEADER}: true` go on without their client (and finished ones are kept \
+             for 10 minutes); GET /v1/runs/{id} has the record of any run"
+        ))
+        .into_response();
+    };
+    let summary = state.engine.runs.list().into_iter().find(|r| r.id == id);
+    let model = summary.map(|s| s.model).unwrap_or_default();
+    let stream = q.get("stream").is_none_or(|v| v != "false");
+    respond(&state, reader, ChunkEncoder::new(&id, &model), stream, true).await
+}
+
+/// `POST /v1/runs/{id}/cancel`: stops a detached run (and kills its commands).
+pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+    if state.engine.detached.cancel(&id) {
+        axum::Json(serde_json::json!({"id": id, "cancelled": true})).into_response()
+    } else {
+        ApiError::not_found(format!(
+            "no detached run {id:?} is running (runs attached to a client are cancelled by \
+             closing the connection)"
+        ))
+        .into_response()
     }
 }
 
@@ -91,7 +189,7 @@ fn run_ended_early() -> ApiError {
     ApiError::internal("the run ended unexpectedly; details are in the server log")
 }
 
-async fn collect_response(mut handle: RunHandle, enc: ChunkEncoder) -> Response {
+async fn collect_response<S: EventSource>(mut handle: S, enc: ChunkEncoder) -> Response {
     let mut content = String::new();
     let mut reasoning = String::new();
     let mut calls: Vec<ToolCall> = Vec::new();
@@ -119,8 +217,8 @@ async fn collect_response(mut handle: RunHandle, enc: ChunkEncoder) -> Response 
 }
 
 /// State of one outbound event stream.
-struct Outbound {
-    handle: RunHandle,
+struct Outbound<S> {
+    handle: S,
     enc: ChunkEncoder,
     include_usage: bool,
     keepalive: Duration,
@@ -135,7 +233,7 @@ struct Outbound {
     finished: bool,
 }
 
-impl Outbound {
+impl<S: EventSource> Outbound<S> {
     /// Encodes one event; returns true when the stream is complete.
     /// Shows one line of server-side activity in the configured channel.
     fn progress(&mut self, out: &mut BytesMut, line: &str) {
@@ -275,8 +373,8 @@ impl Outbound {
     }
 }
 
-async fn stream_response(
-    mut handle: RunHandle,
+async fn stream_response<S: EventSource>(
+    mut handle: S,
     enc: ChunkEncoder,
     include_usage: bool,
     keepalive: Duration,

@@ -270,3 +270,226 @@ async fn the_command_line_lists_and_shows_recorded_runs() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no run \"nope\" is recorded"));
 }
+
+const WAITING: &str = "[policy]\nask = [\"read_file(src/gen/**)\"]\n[approvals]\nmode = \"wait\"\ntimeout_secs = 30\n";
+
+fn text_then_ask() -> Value {
+    json!({"rounds": [
+        {"text": "Working on it.", "tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"filepath": "src/gen/out.rs"}}]},
+        {"text": "done"}
+    ], "repeat_last": false})
+}
+
+async fn open_detached(s: &TestServer) -> (reqwest::Response, String) {
+    let r = s
+        .client
+        .post(s.url("/v1/chat/completions"))
+        .header("x-toolpilot-detach", "true")
+        .body(json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "read it"}]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let id = r.headers()["x-toolpilot-run-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    (r, id)
+}
+
+async fn wait_for_approval(s: &TestServer) -> String {
+    for _ in 0..200 {
+        if let Some(id) = s.get("/v1/approvals").await.body["data"][0]["id"].as_str() {
+            return id.to_string();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("nothing waited for approval");
+}
+
+/// A detached run goes on after its client leaves; re-attaching replays the whole answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_run_outlives_its_client_and_can_be_re_attached() {
+    let s = server(WAITING, text_then_ask()).await;
+    let (mut first, id) = open_detached(&s).await;
+    let mut seen = String::new();
+    while !seen.contains("waiting for approval") {
+        let chunk = first.chunk().await.unwrap().expect("ended early");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(first);
+    // The client is gone, the run is not: its call still waits and can be approved.
+    let approval = wait_for_approval(&s).await;
+    let r = s
+        .post_raw(
+            &format!("/v1/approvals/{approval}"),
+            json!({"decision": "approve"}).to_string(),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let again = s
+        .client
+        .get(s.url(&format!("/v1/runs/{id}/attach")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    let reply = parse_sse(200, again.headers().clone(), again.text().await.unwrap());
+    assert!(reply.done_last);
+    assert_eq!(reply.content(), "Working on it.\n\ndone");
+    assert_eq!(tool_result(&s.requests()[1], "c1"), "// generated\n");
+    // Also as one completion, after the end.
+    let whole = s.get(&format!("/v1/runs/{id}/attach?stream=false")).await;
+    assert_eq!(
+        whole.body["choices"][0]["message"]["content"],
+        "Working on it.\n\ndone"
+    );
+    assert_eq!(
+        s.get(&format!("/v1/runs/{id}")).await.body["run"]["status"],
+        "done"
+    );
+
+    let nope = s.get("/v1/runs/nope/attach").await;
+    assert_eq!(nope.status, 404);
+    assert!(
+        nope.text.contains("only runs started with the header"),
+        "{}",
+        nope.text
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_run_can_be_cancelled() {
+    let s = server(WAITING, text_then_ask()).await;
+    let (first, id) = open_detached(&s).await;
+    drop(first);
+    wait_for_approval(&s).await;
+    let attached = s
+        .client
+        .get(s.url(&format!("/v1/runs/{id}/attach")))
+        .send()
+        .await
+        .unwrap();
+    let r = s.post_raw(&format!("/v1/runs/{id}/cancel"), "").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let reply = parse_sse(
+        200,
+        attached.headers().clone(),
+        attached.text().await.unwrap(),
+    );
+    assert!(
+        reply
+            .error_message()
+            .unwrap_or_default()
+            .contains("the run was cancelled"),
+        "{}",
+        reply.raw
+    );
+    assert!(
+        eventually_async(|| async {
+            s.get(&format!("/v1/runs/{id}")).await.body["run"]["status"] == "cancelled"
+                && s.get("/v1/approvals").await.body["data"] == json!([])
+        })
+        .await
+    );
+    assert_eq!(
+        s.post_raw(&format!("/v1/runs/{id}/cancel"), "")
+            .await
+            .status,
+        404
+    );
+}
+
+/// With `server.detach = true` every run outlives its client, unless the request says
+/// `x-toolpilot-detach: false`; a value that is neither is refused before anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detaching_is_a_server_default_a_request_can_turn_off() {
+    let config = format!("[server]\ndetach = true\n{WAITING}");
+    // Two runs ask for the same call: the rounds of `text_then_ask`, twice.
+    let mut script = text_then_ask();
+    let rounds = script["rounds"].as_array().unwrap().clone();
+    script["rounds"].as_array_mut().unwrap().extend(rounds);
+    let s = server(&config, script).await;
+    let body =
+        json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "read it"}]})
+            .to_string();
+    // No header: detached by the config.
+    let first = s
+        .client
+        .post(s.url("/v1/chat/completions"))
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    let id = first.headers()["x-toolpilot-run-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    drop(first);
+    let approval = wait_for_approval(&s).await;
+    let r = s
+        .post_raw(
+            &format!("/v1/approvals/{approval}"),
+            json!({"decision": "approve"}).to_string(),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let whole = s.get(&format!("/v1/runs/{id}/attach?stream=false")).await;
+    assert_eq!(
+        whole.body["choices"][0]["message"]["content"],
+        "Working on it.\n\ndone"
+    );
+
+    // A bad header value: 400 naming the header, and no run started.
+    let runs_before = s.get("/v1/runs").await.body["data"]
+        .as_array()
+        .unwrap()
+        .len();
+    let bad = s
+        .client
+        .post(s.url("/v1/chat/completions"))
+        .header("x-toolpilot-detach", "maybe")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let err: Value = serde_json::from_str(&bad.text().await.unwrap()).unwrap();
+    assert_eq!(err["error"]["param"], "x-toolpilot-detach");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("must be \"true\""),
+        "{err}"
+    );
+    assert_eq!(
+        s.get("/v1/runs").await.body["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        runs_before
+    );
+
+    // `false` opts out: the run belongs to its connection and ends with it.
+    let attached = s
+        .client
+        .post(s.url("/v1/chat/completions"))
+        .header("x-toolpilot-detach", "false")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let id2 = attached.headers()["x-toolpilot-run-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    wait_for_approval(&s).await;
+    drop(attached);
+    assert!(
+        eventually_async(|| async {
+            s.get(&format!("/v1/runs/{id2}")).await.body["run"]["status"] == "cancelled"
+        })
+        .await
+    );
+    assert_eq!(s.get(&format!("/v1/runs/{id2}/attach")).await.status, 404);
+}
