@@ -132,6 +132,7 @@ async fn the_openai_sdk_sees_progress_as_reasoning_or_text() {
         ("reasoning", true, false),
         ("text", false, true),
         ("comments", false, false),
+        ("none", false, false),
     ] {
         let s = server(mode).await;
         let out = tokio::process::Command::new(&py)
