@@ -45,8 +45,11 @@ pub struct Config {
     /// The state directory (checkpoints); per-workspace folders live below it.
     pub state_dir: PathBuf,
     pub server: ServerConfig,
-    /// `None`: the built-in demo model answers.
-    pub upstream: Option<UpstreamConfig>,
+    /// The upstreams, the default one (`[upstream]`, named "default") first. Empty: the
+    /// built-in demo model answers.
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Model names that stand for another model (and maybe a given upstream).
+    pub aliases: BTreeMap<String, Alias>,
     pub agent: AgentConfig,
     pub tools: ToolsConfig,
     pub policy: PolicyConfig,
@@ -79,8 +82,22 @@ pub struct ServerConfig {
 
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
+    /// "default" for `[upstream]`, else the key of `[upstreams.NAME]`.
+    pub name: String,
     /// Base URL ending in a slash, e.g. `http://127.0.0.1:11434/v1/`.
     pub base_url: url::Url,
+    /// Model names (globs) this upstream serves; empty: any model not served elsewhere.
+    pub models: Vec<String>,
+    /// The model every request to this upstream names, whatever was asked (named upstreams).
+    pub model: Option<String>,
+    /// Tokens the model can take, prompt and answer together (`None`: asked of the upstream).
+    pub context_window: Option<u64>,
+    /// How tools reach the model: native `tools`, or described in the system message.
+    pub tool_mode: ToolMode,
+    /// What kind of server it is (decides the wire protocol and where model info is found).
+    pub kind: UpstreamKind,
+    /// Upstreams tried, in order, when this one cannot be reached or answers 5xx.
+    pub fallback: Vec<String>,
     pub api_key: Option<String>,
     /// The variable the key came from, for messages (never the key itself).
     pub api_key_source: Option<String>,
@@ -95,6 +112,35 @@ pub struct UpstreamConfig {
     /// Ask the upstream for a usage chunk (`stream_options.include_usage`).
     pub request_usage: bool,
     pub max_response_bytes: usize,
+}
+
+/// How the model is told about tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolMode {
+    /// The request's `tools` field; calls come back as `tool_calls`.
+    Native,
+    /// Tools are described in the system message; calls are read from the answer's text and
+    /// results go back as user messages (for servers without native tool calling).
+    Text,
+}
+
+/// The kind of server behind an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamKind {
+    /// Ask the server once (Ollama answers `GET /api/version`); otherwise OpenAI-compatible.
+    Auto,
+    /// OpenAI-compatible `/chat/completions` (OpenAI, vLLM, llama.cpp, LM Studio, OpenRouter…).
+    OpenAi,
+    /// Ollama's own `/api/chat`, which takes the context size per request (`num_ctx`).
+    Ollama,
+}
+
+/// What an alias stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alias {
+    pub model: String,
+    /// The upstream to use; `None`: routed by `model` like a requested name.
+    pub upstream: Option<String>,
 }
 
 /// Where a stream shows what toolpilot does between the model's words.
@@ -255,6 +301,8 @@ struct ConfigFile {
     state_dir: Option<PathBuf>,
     server: Option<ServerFile>,
     upstream: Option<UpstreamFile>,
+    upstreams: Option<BTreeMap<String, UpstreamFile>>,
+    aliases: Option<BTreeMap<String, AliasFile>>,
     agent: Option<AgentFile>,
     tools: Option<ToolsFile>,
     policy: Option<PolicyFile>,
@@ -323,6 +371,21 @@ struct UpstreamFile {
     retry_max_wait_secs: Option<f64>,
     request_usage: Option<bool>,
     max_response_bytes: Option<usize>,
+    models: Option<Vec<String>>,
+    context_window: Option<u64>,
+    tool_mode: Option<String>,
+    kind: Option<String>,
+    fallback: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum AliasFile {
+    Model(String),
+    Target {
+        model: String,
+        upstream: Option<String>,
+    },
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -472,73 +535,97 @@ impl Config {
         };
 
         let u = file.upstream.unwrap_or_default();
+        let mut upstreams = Vec::new();
         // Validated even without a URL, so a typo is caught before it matters.
-        let connect_timeout = secs(
-            "upstream.connect_timeout_secs",
-            u.connect_timeout_secs,
-            10.0,
-        )?;
-        let first_byte_timeout = secs(
-            "upstream.first_byte_timeout_secs",
-            u.first_byte_timeout_secs,
-            300.0,
-        )?;
-        let idle_timeout = secs("upstream.idle_timeout_secs", u.idle_timeout_secs, 120.0)?;
-        let total_timeout = secs("upstream.total_timeout_secs", u.total_timeout_secs, 1800.0)?;
-        let retry_max_wait = secs("upstream.retry_max_wait_secs", u.retry_max_wait_secs, 30.0)?;
-        let max_response_bytes = positive(
-            "upstream.max_response_bytes",
-            u.max_response_bytes,
-            64 * 1024 * 1024,
-        )?;
-        let url_text = args.upstream.clone().or(u.url);
-        let upstream = match url_text {
-            None => None,
-            Some(text) => {
-                let mut base = url::Url::parse(text.trim()).map_err(|e| {
-                    err(format!(
-                        "upstream.url: {text:?} is not a URL ({e}); use a base URL such as \
-                         http://127.0.0.1:11434/v1"
-                    ))
-                })?;
-                if !matches!(base.scheme(), "http" | "https") {
+        let default = resolve_upstream("upstream", "default", &u, &UpstreamFile::default(), env)?;
+        if let Some(text) = args.upstream.clone().or(u.url.clone()) {
+            upstreams.push(UpstreamConfig {
+                base_url: base_url("upstream.url", &text)?,
+                // `[upstream] model` is the global `--model`.
+                model: None,
+                ..default
+            });
+        }
+        for (name, f) in file.upstreams.unwrap_or_default() {
+            let key = format!("upstreams.{name}");
+            if name == "default" || name.is_empty() || name.contains(['/', ' ']) {
+                return Err(err(format!(
+                    "{key}: {name:?} cannot name an upstream (\"default\" is [upstream]; use \
+                     letters, digits, - and _)"
+                )));
+            }
+            let Some(url) = f.url.clone() else {
+                return Err(err(format!(
+                    "{key}.url is missing: every named upstream needs its base URL, such as \
+                     http://127.0.0.1:8000/v1"
+                )));
+            };
+            let mut c = resolve_upstream(&key, &name, &f, &u, env)?;
+            c.base_url = base_url(&format!("{key}.url"), &url)?;
+            upstreams.push(c);
+        }
+        let names: Vec<String> = upstreams.iter().map(|c| c.name.clone()).collect();
+        for c in &upstreams {
+            let key = if c.name == "default" {
+                "upstream".to_string()
+            } else {
+                format!("upstreams.{}", c.name)
+            };
+            for f in &c.fallback {
+                if !names.contains(f) || *f == c.name {
                     return Err(err(format!(
-                        "upstream.url: {text:?} must be an http:// or https:// URL"
+                        "{key}.fallback: {f:?} is not another configured upstream; configured: {}",
+                        names.join(", ")
                     )));
                 }
-                if !base.path().ends_with('/') {
-                    let p = format!("{}/", base.path());
-                    base.set_path(&p);
-                }
-                let key_env = u
-                    .api_key_env
-                    .clone()
-                    .unwrap_or_else(|| "TOOLPILOT_UPSTREAM_API_KEY".into());
-                let (api_key, api_key_source) = match env(&key_env) {
-                    Some(k) => (Some(k), Some(key_env)),
-                    None if u.api_key_env.is_none() => match env("OPENAI_API_KEY") {
-                        Some(k) => (Some(k), Some("OPENAI_API_KEY".to_string())),
-                        None => (None, None),
-                    },
-                    None => (None, None),
-                };
-                Some(UpstreamConfig {
-                    base_url: base,
-                    api_key,
-                    api_key_source,
-                    headers: u.headers.clone().unwrap_or_default().into_iter().collect(),
-                    connect_timeout,
-                    first_byte_timeout,
-                    idle_timeout,
-                    total_timeout,
-                    max_retries: u.max_retries.unwrap_or(3),
-                    retry_base: Duration::from_millis(u.retry_base_ms.unwrap_or(250)),
-                    retry_max_wait,
-                    request_usage: u.request_usage.unwrap_or(true),
-                    max_response_bytes,
-                })
             }
-        };
+            for m in &c.models {
+                globset::Glob::new(m).map_err(|e| {
+                    err(format!(
+                        "{key}.models: {m:?} is not a model name or glob: {e}"
+                    ))
+                })?;
+            }
+        }
+        let catch_all: Vec<&str> = upstreams
+            .iter()
+            .filter(|c| c.models.is_empty())
+            .map(|c| c.name.as_str())
+            .collect();
+        if catch_all.len() > 1 {
+            return Err(err(format!(
+                "upstreams: {} all serve any model (no `models` list); give all but one of them \
+                 a `models` list so each request has one place to go",
+                catch_all.join(", ")
+            )));
+        }
+        let mut aliases = BTreeMap::new();
+        for (alias, a) in file.aliases.unwrap_or_default() {
+            let target = match a {
+                AliasFile::Model(model) => Alias {
+                    model,
+                    upstream: None,
+                },
+                AliasFile::Target { model, upstream } => Alias { model, upstream },
+            };
+            if let Some(up) = &target.upstream {
+                if !names.contains(up) {
+                    return Err(err(format!(
+                        "aliases.{alias}.upstream: {up:?} is not a configured upstream; \
+                         configured: {}",
+                        if names.is_empty() {
+                            "none".to_string()
+                        } else {
+                            names.join(", ")
+                        }
+                    )));
+                }
+            }
+            if target.model.trim().is_empty() {
+                return Err(err(format!("aliases.{alias}: the model name is empty")));
+            }
+            aliases.insert(alias, target);
+        }
 
         let a = file.agent.unwrap_or_default();
         let tool_names = crate::policy::known_tool_names();
@@ -718,7 +805,8 @@ impl Config {
             workspace,
             state_dir,
             server,
-            upstream,
+            upstreams,
+            aliases,
             agent,
             tools,
             policy,
@@ -727,6 +815,147 @@ impl Config {
             sensitive_files,
         })
     }
+}
+
+/// One upstream's settings: its own keys, else those of `[upstream]` (`inherit`), else the
+/// defaults. The URL is set by the caller.
+fn resolve_upstream(
+    key: &str,
+    name: &str,
+    u: &UpstreamFile,
+    inherit: &UpstreamFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<UpstreamConfig, ConfigError> {
+    let k = |field: &str| format!("{key}.{field}");
+    let connect_timeout = secs(
+        &k("connect_timeout_secs"),
+        u.connect_timeout_secs.or(inherit.connect_timeout_secs),
+        10.0,
+    )?;
+    let first_byte_timeout = secs(
+        &k("first_byte_timeout_secs"),
+        u.first_byte_timeout_secs
+            .or(inherit.first_byte_timeout_secs),
+        300.0,
+    )?;
+    let idle_timeout = secs(
+        &k("idle_timeout_secs"),
+        u.idle_timeout_secs.or(inherit.idle_timeout_secs),
+        120.0,
+    )?;
+    let total_timeout = secs(
+        &k("total_timeout_secs"),
+        u.total_timeout_secs.or(inherit.total_timeout_secs),
+        1800.0,
+    )?;
+    let retry_max_wait = secs(
+        &k("retry_max_wait_secs"),
+        u.retry_max_wait_secs.or(inherit.retry_max_wait_secs),
+        30.0,
+    )?;
+    let max_response_bytes = positive(
+        &k("max_response_bytes"),
+        u.max_response_bytes.or(inherit.max_response_bytes),
+        64 * 1024 * 1024,
+    )?;
+    let is_default = name == "default";
+    // The default upstream falls back to the usual variables; a named one uses only its own.
+    let (api_key, api_key_source) = match &u.api_key_env {
+        Some(var) => match env(var) {
+            Some(k) => (Some(k), Some(var.clone())),
+            None => (None, None),
+        },
+        None if is_default => match env("TOOLPILOT_UPSTREAM_API_KEY") {
+            Some(k) => (Some(k), Some("TOOLPILOT_UPSTREAM_API_KEY".to_string())),
+            None => match env("OPENAI_API_KEY") {
+                Some(k) => (Some(k), Some("OPENAI_API_KEY".to_string())),
+                None => (None, None),
+            },
+        },
+        None => (None, None),
+    };
+    let tool_mode = match u.tool_mode.as_deref() {
+        None | Some("native") => ToolMode::Native,
+        Some("text") => ToolMode::Text,
+        Some(other) => {
+            return Err(err(format!(
+                "{}: {other:?} is not one of \"native\", \"text\"",
+                k("tool_mode")
+            )));
+        }
+    };
+    let kind = match u.kind.as_deref() {
+        None | Some("auto") => UpstreamKind::Auto,
+        Some("openai") => UpstreamKind::OpenAi,
+        Some("ollama") => UpstreamKind::Ollama,
+        Some(other) => {
+            return Err(err(format!(
+                "{}: {other:?} is not one of \"auto\", \"openai\", \"ollama\" (vLLM, \
+                 llama.cpp, LM Studio and OpenRouter are \"openai\")",
+                k("kind")
+            )));
+        }
+    };
+    if u.context_window == Some(0) {
+        return Err(err(format!(
+            "{} must be greater than 0",
+            k("context_window")
+        )));
+    }
+    let mut headers: Vec<(String, String)> = inherit
+        .headers
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    if !is_default {
+        for (hk, hv) in u.headers.clone().unwrap_or_default() {
+            headers.retain(|(k, _)| !k.eq_ignore_ascii_case(&hk));
+            headers.push((hk, hv));
+        }
+    }
+    Ok(UpstreamConfig {
+        name: name.to_string(),
+        // Replaced by the caller.
+        base_url: url::Url::parse("http://127.0.0.1/").map_err(|e| err(e.to_string()))?,
+        models: u.models.clone().unwrap_or_default(),
+        model: u.model.clone().filter(|m| !m.trim().is_empty()),
+        context_window: u.context_window,
+        tool_mode,
+        kind,
+        fallback: u.fallback.clone().unwrap_or_default(),
+        api_key,
+        api_key_source,
+        headers,
+        connect_timeout,
+        first_byte_timeout,
+        idle_timeout,
+        total_timeout,
+        max_retries: u.max_retries.or(inherit.max_retries).unwrap_or(3),
+        retry_base: Duration::from_millis(u.retry_base_ms.or(inherit.retry_base_ms).unwrap_or(250)),
+        retry_max_wait,
+        request_usage: u.request_usage.or(inherit.request_usage).unwrap_or(true),
+        max_response_bytes,
+    })
+}
+
+/// A base URL: http(s), ending in a slash so paths join below it.
+fn base_url(key: &str, text: &str) -> Result<url::Url, ConfigError> {
+    let mut base = url::Url::parse(text.trim()).map_err(|e| {
+        err(format!(
+            "{key}: {text:?} is not a URL ({e}); use a base URL such as http://127.0.0.1:11434/v1"
+        ))
+    })?;
+    if !matches!(base.scheme(), "http" | "https") {
+        return Err(err(format!(
+            "{key}: {text:?} must be an http:// or https:// URL"
+        )));
+    }
+    if !base.path().ends_with('/') {
+        let p = format!("{}/", base.path());
+        base.set_path(&p);
+    }
+    Ok(base)
 }
 
 fn positive(key: &str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
@@ -843,7 +1072,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.agent.max_rounds, 9);
         assert_eq!(c.agent.model.as_deref(), Some("flag"));
-        let u = c.upstream.unwrap();
+        let u = c.upstreams.into_iter().next().unwrap();
         assert_eq!(u.base_url.as_str(), "http://127.0.0.1:1/v1/");
         assert_eq!(u.api_key.as_deref(), Some("sk-x"));
         assert_eq!(

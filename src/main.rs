@@ -206,20 +206,23 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
         "toolpilot {} listening on http://{addr}/v1 (workspace {}, upstream {})",
         env!("CARGO_PKG_VERSION"),
         engine.workspace.root().display(),
-        engine.upstream.describe()
+        engine.upstreams.describe()
     );
-    if engine.upstream.is_demo() {
+    if engine.upstreams.is_demo() {
         tracing::warn!(
             "NO UPSTREAM CONFIGURED: the built-in demo model answers every request. Pass \
              --upstream URL --model NAME to use a real model."
         );
     }
-    if let Some(u) = &config.upstream {
+    for u in &config.upstreams {
         match &u.api_key_source {
-            Some(var) => tracing::info!("upstream API key from ${var}"),
-            None => tracing::info!(
+            Some(var) => tracing::info!(upstream = %u.name, "upstream API key from ${var}"),
+            None if u.name == "default" => tracing::info!(
                 "no upstream API key set (TOOLPILOT_UPSTREAM_API_KEY or OPENAI_API_KEY)"
             ),
+            None => {
+                tracing::info!(upstream = %u.name, "no API key for this upstream (api_key_env)")
+            }
         }
     }
     if config.agent.approve_asks {
@@ -265,7 +268,7 @@ async fn shutdown_signal() {
 async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
     let config = load(&common)?;
     let engine = Arc::new(Engine::new(config)?);
-    if engine.upstream.is_demo() {
+    if engine.upstreams.is_demo() {
         eprintln!(
             "toolpilot: no upstream configured; the built-in demo model answers (use --upstream URL --model NAME)"
         );

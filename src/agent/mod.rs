@@ -33,6 +33,7 @@ use crate::checkpoint::Store;
 use crate::checkpoint::tree::Shadow;
 use crate::config::ApprovalMode;
 use crate::config::Config;
+use crate::config::ToolMode;
 use crate::error::ApiError;
 use crate::openai::{
     ChatRequest, ToolCall, Usage, assistant_message, tool_message, tool_spec_name,
@@ -44,12 +45,16 @@ use crate::tools::edit::ApplyModel;
 use crate::tools::registry::{Approval, Approver, NoApprover, Outcome, Status};
 use crate::tools::{Registry, Target, ToolEnv, spec_json};
 use crate::upstream::accumulate::{Accumulator, Piece, Round};
-use crate::upstream::{RequestBody, Upstream, UpstreamError, demo};
+use crate::upstream::route::{Route, Upstreams};
+use crate::upstream::{Hints, RequestBody, UpstreamError, demo};
 use crate::workspace::Workspace;
 
+mod context;
+pub use context::is_overflow as is_context_overflow;
 pub mod detach;
 mod handoff;
 pub mod pause;
+mod textmode;
 pub use handoff::Handoffs;
 use pause::{PauseStore, Paused, Reply};
 
@@ -183,7 +188,8 @@ impl Drop for RunHandle {
 /// Everything a run needs, shared by all runs of a server.
 pub struct Engine {
     pub config: Config,
-    pub upstream: Upstream,
+    /// The upstreams and how requested models are routed to them.
+    pub upstreams: Upstreams,
     pub registry: Registry,
     pub workspace: Arc<Workspace>,
     /// Where each run's changes are recorded, for undo.
@@ -216,7 +222,7 @@ impl Engine {
                     config.workspace.display()
                 )
             })?;
-        let upstream = Upstream::from_config(config.upstream.as_ref())?;
+        let upstreams = Upstreams::from_config(&config)?;
         let checkpoints = Store::new(&config.state_dir, workspace.root());
         let approvals = Arc::new(Approvals::new(checkpoints.dir()));
         let mut policy_config = config.policy.clone();
@@ -232,12 +238,14 @@ impl Engine {
             "TOOLPILOT_UPSTREAM_API_KEY".to_string(),
             config.server.bearer_token_env.clone(),
         ];
-        if let Some(src) = config
-            .upstream
-            .as_ref()
-            .and_then(|u| u.api_key_source.clone())
+        for src in config
+            .upstreams
+            .iter()
+            .filter_map(|u| u.api_key_source.clone())
         {
-            secrets.push(src);
+            if !secrets.contains(&src) {
+                secrets.push(src);
+            }
         }
         let terminal = Arc::new(Terminal::new(
             config.terminal.clone(),
@@ -265,7 +273,7 @@ impl Engine {
             tools_config: Arc::new(config.tools.clone()),
             registry,
             workspace: Arc::new(workspace),
-            upstream,
+            upstreams,
             config,
         })
     }
@@ -289,7 +297,6 @@ impl Engine {
         let driver = async move {
             let run = Run {
                 engine: &engine,
-                engine_arc: Arc::clone(&engine),
                 opts: &opts,
                 tx: &tx,
                 cancel: &token,
@@ -353,7 +360,7 @@ impl Engine {
             .clone()
             .or_else(|| self.config.agent.model.clone())
             .unwrap_or_else(|| {
-                if self.upstream.is_demo() {
+                if self.upstreams.is_demo() {
                     demo::MODEL.to_string()
                 } else {
                     "unknown".to_string()
@@ -361,18 +368,18 @@ impl Engine {
             })
     }
 
-    /// The model list for `GET /v1/models`.
+    /// The model list for `GET /v1/models`: what can be routed.
     pub async fn models(&self) -> Result<Value, ApiError> {
-        match self.upstream.models().await {
+        match self.upstreams.models().await {
             Ok(v) => Ok(v),
             Err(e) => match &self.config.agent.model {
                 // The upstream has no list (or failed): show the configured model.
                 Some(m) => {
-                    tracing::warn!(error = %e, "upstream GET /models failed; listing the configured model");
+                    tracing::warn!(error = %e.message, "upstream GET /models failed; listing the configured model");
                     Ok(serde_json::json!({"object": "list", "data": [
                         {"id": m, "object": "model", "created": 0, "owned_by": "upstream"}]}))
                 }
-                None => Err(e.to_api_error()),
+                None => Err(e),
             },
         }
     }
@@ -487,8 +494,6 @@ fn raw_specs(specs: &[&Value]) -> Option<Bytes> {
 
 struct Run<'a> {
     engine: &'a Engine,
-    /// The same engine, for what outlives a borrow (the apply model).
-    engine_arc: Arc<Engine>,
     opts: &'a RunOptions,
     tx: &'a mpsc::Sender<RunEvent>,
     cancel: &'a CancellationToken,
@@ -592,32 +597,25 @@ impl Run<'_> {
 
     async fn run(&self, req: ChatRequest) -> Result<(), RunError> {
         let engine = self.engine;
-        let model = match (
-            &engine.config.agent.model,
-            &req.model,
-            engine.upstream.is_demo(),
-        ) {
-            (_, _, true) => demo::MODEL.to_string(),
-            (Some(m), _, _) => m.clone(),
-            (None, Some(m), _) => m.clone(),
-            (None, None, false) => {
-                return Err(RunError::Api(ApiError::invalid(
-                    "model",
-                    "`model` is required: name the upstream model in the request, or start \
-                     toolpilot with --model NAME",
-                )));
-            }
-        };
+        let requested = engine
+            .config
+            .agent
+            .model
+            .clone()
+            .or_else(|| req.model.clone());
+        let mut route = engine
+            .upstreams
+            .route(requested.as_deref())
+            .map_err(RunError::Api)?;
         let shown_model = engine.shown_model(&req);
-        if engine.upstream.is_demo() {
+        if engine.upstreams.is_demo() {
             tracing::warn!("no upstream configured: the built-in demo model answers this run");
         }
         let offer = Offer::new(engine, &req);
         let apply: Option<Arc<dyn ApplyModel>> =
-            (engine.config.tools.llm_apply && !engine.upstream.is_demo()).then(|| {
+            (engine.config.tools.llm_apply && !engine.upstreams.is_demo()).then(|| {
                 Arc::new(UpstreamApply {
-                    engine: Arc::clone(&self.engine_arc),
-                    model: model.clone(),
+                    route: route.clone(),
                 }) as Arc<dyn ApplyModel>
             });
         let mut env = engine.tool_env(
@@ -638,6 +636,9 @@ impl Run<'_> {
         let mut tail = TextTail::default();
         let mut seen: HashMap<(String, String), String> = HashMap::new();
         let mut round_no = 0u32;
+        let origin = route.clone();
+        let mut tried = vec![route.endpoint.name.clone()];
+        let mut ctx = ContextState::new(&req);
         // The user answering a paused run: continue it where it stopped.
         let mut resume: Option<(Paused, Reply)> = None;
         match engine.pauses.take_for(&req.messages) {
@@ -671,29 +672,73 @@ impl Run<'_> {
             }
             round_no += 1;
             let tools_allowed = round_no <= max_rounds;
-            let request_usage = engine
-                .config
-                .upstream
-                .as_ref()
-                .is_none_or(|u| u.request_usage);
-            let body = build_body(
-                &req,
-                &model,
-                &messages,
-                if tools_allowed {
-                    offer.specs.as_ref()
-                } else {
-                    None
-                },
-                request_usage,
-            );
             let names = if tools_allowed {
                 Arc::clone(&offer.names)
             } else {
                 Arc::default()
             };
             let round_started = Instant::now();
-            let round = self.round_with_retries(&body, &names, &mut tail).await?;
+            let mut overflowed = false;
+            let round = loop {
+                let prepared = self
+                    .prepare_round(&req, &route, &mut messages, &offer, tools_allowed, &mut ctx)
+                    .await;
+                let fallback_ready = !engine.upstreams.fallbacks(&route).is_empty();
+                match self
+                    .round_with_retries(&prepared, &names, &mut tail, &route, fallback_ready)
+                    .await
+                {
+                    Ok(round) => {
+                        if let Some(u) = &round.usage {
+                            ctx.est.calibrate(prepared.estimate, u.prompt_tokens);
+                        }
+                        break round;
+                    }
+                    Err(RoundFailure::Overflow(e)) if !overflowed => {
+                        overflowed = true;
+                        let msg = e.to_string();
+                        let learned = context::window_in_message(&msg);
+                        if let Some(w) = learned {
+                            route.endpoint.learn_window(&route.model, w);
+                        }
+                        ctx.est.distrust();
+                        ctx.limit = Some(match learned {
+                            Some(w) => w.saturating_sub(ctx.reserve(w)),
+                            None => prepared.estimate * 6 / 10,
+                        });
+                        tracing::warn!(error = %msg, limit = ?ctx.limit, "the request did not fit the model's context; pruning and retrying once");
+                        engine.runs.event(
+                            &self.opts.run_id,
+                            "context_overflow",
+                            json!({"message": msg, "estimate": prepared.estimate, "limit": ctx.limit}),
+                        );
+                    }
+                    Err(RoundFailure::Overflow(e)) => {
+                        return Err(RunError::Api(e.to_api_error()));
+                    }
+                    Err(RoundFailure::Unavailable(e)) => {
+                        let next = engine
+                            .upstreams
+                            .fallbacks(&origin)
+                            .into_iter()
+                            .chain(engine.upstreams.fallbacks(&route))
+                            .find(|r| !tried.contains(&r.endpoint.name));
+                        let Some(next) = next else {
+                            return Err(RunError::Api(e.to_api_error()));
+                        };
+                        tracing::warn!(error = %e, from = %route.endpoint.name, to = %next.endpoint.name, "upstream unavailable; falling back");
+                        engine.runs.event(
+                            &self.opts.run_id,
+                            "fallback",
+                            json!({"from": route.endpoint.name, "to": next.endpoint.name,
+                                   "model": next.model, "error": e.to_string()}),
+                        );
+                        tried.push(next.endpoint.name.clone());
+                        route = next;
+                    }
+                    Err(RoundFailure::Fatal(e)) => return Err(e),
+                }
+            };
             engine.runs.round(
                 &self.opts.run_id,
                 json!({
@@ -895,40 +940,148 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// The request for one round: the conversation fitted to the model's context window,
+    /// in the upstream's tool mode, with the context size it needs.
+    async fn prepare_round(
+        &self,
+        req: &ChatRequest,
+        route: &Route,
+        messages: &mut Vec<Value>,
+        offer: &Offer,
+        tools_allowed: bool,
+        ctx: &mut ContextState,
+    ) -> Prepared {
+        let text_mode = route.endpoint.tool_mode() == ToolMode::Text;
+        let specs = if tools_allowed {
+            offer.specs.as_ref()
+        } else {
+            None
+        };
+        let tools_prompt = match (text_mode, specs) {
+            (true, Some(bytes)) => {
+                let list: Vec<Value> = serde_json::from_slice(bytes).unwrap_or_default();
+                Some(textmode::tools_prompt(&list))
+            }
+            _ => None,
+        };
+        let tools_bytes = match (&tools_prompt, specs) {
+            (Some(p), _) => p.len(),
+            (None, Some(b)) => b.len(),
+            (None, None) => 0,
+        };
+        let window = route.endpoint.context_window(&route.model).await;
+        let limit = match (window, ctx.limit) {
+            (Some(w), Some(l)) => Some(w.saturating_sub(ctx.reserve(w)).min(l)),
+            (Some(w), None) => Some(w.saturating_sub(ctx.reserve(w))),
+            (None, l) => l,
+        };
+        if let Some(limit) = limit {
+            let extra = ctx.est.tokens(tools_bytes);
+            if let Some(p) = context::fit(messages, limit, extra, &ctx.est) {
+                tracing::warn!(
+                    results = p.results,
+                    messages = p.messages,
+                    cut = p.cut,
+                    before = p.before,
+                    after = p.after,
+                    limit,
+                    "conversation pruned to fit the context window"
+                );
+                self.engine.runs.event(
+                    &self.opts.run_id,
+                    "context_pruned",
+                    json!({"results_removed": p.results, "messages_removed": p.messages,
+                           "results_cut": p.cut, "tokens_before": p.before,
+                           "tokens_after": p.after, "limit": limit}),
+                );
+            }
+        }
+        let wire: std::borrow::Cow<[Value]> = if text_mode {
+            std::borrow::Cow::Owned(textmode::to_text(
+                messages,
+                tools_prompt.as_deref().unwrap_or(""),
+            ))
+        } else {
+            std::borrow::Cow::Borrowed(messages.as_slice())
+        };
+        let estimate = ctx.est.request(&wire, tools_bytes);
+        // Ollama loads the model with the context size asked for: ask for what the request
+        // needs, in steps (a new size reloads the model), never less than before in this run.
+        if let Some(w) = window {
+            let needed = (estimate + ctx.reserve(w))
+                .max(4096)
+                .next_power_of_two()
+                .min(w);
+            ctx.num_ctx = Some(ctx.num_ctx.unwrap_or(0).max(needed));
+        }
+        let request_usage = route.endpoint.cfg.as_ref().is_none_or(|u| u.request_usage);
+        let body = build_body(
+            req,
+            &route.model,
+            &wire,
+            if text_mode { None } else { specs },
+            request_usage,
+        );
+        Prepared {
+            body,
+            estimate,
+            hints: Hints {
+                num_ctx: ctx.num_ctx,
+            },
+        }
+    }
+
     /// One round, retried with backoff on retryable failures as long as nothing of the
-    /// failed attempt was forwarded to the client.
+    /// failed attempt was forwarded to the client. An upstream that cannot be reached (or
+    /// answers 5xx) is `Unavailable` once its retries are spent, at once for connection
+    /// errors when a fallback is configured; a request the model's context cannot hold is
+    /// `Overflow`. Both are for the caller, which can change the request or the upstream.
     async fn round_with_retries(
         &self,
-        body: &RequestBody,
+        prepared: &Prepared,
         tool_names: &Arc<HashSet<String>>,
         tail: &mut TextTail,
-    ) -> Result<Round, RunError> {
-        let retry = self
-            .engine
-            .config
-            .upstream
+        route: &Route,
+        fallback_ready: bool,
+    ) -> Result<Round, RoundFailure> {
+        let retry = route
+            .endpoint
+            .cfg
             .as_ref()
             .map(|u| (u.max_retries, u.retry_base, u.retry_max_wait));
         let (max_retries, base, cap) = retry.unwrap_or((0, Duration::ZERO, Duration::ZERO));
         let mut attempt = 0u32;
         loop {
             let mut forwarded = false;
-            match self.one_round(body, tool_names, tail, &mut forwarded).await {
+            match self
+                .one_round(prepared, tool_names, tail, &mut forwarded, route)
+                .await
+            {
                 Ok(round) => return Ok(round),
-                Err(RoundError::ClientGone) => return Err(RunError::ClientGone),
+                Err(RoundError::ClientGone) => {
+                    return Err(RoundFailure::Fatal(RunError::ClientGone));
+                }
                 Err(RoundError::Upstream(e)) => {
                     self.engine
                         .runs
                         .upstream_error(&self.opts.run_id, &e.kind(), &e.to_string());
-                    if e.retryable() && !forwarded && attempt < max_retries {
+                    if !forwarded && e.is_context_overflow() {
+                        return Err(RoundFailure::Overflow(e));
+                    }
+                    let unavailable = !forwarded && e.is_unavailable();
+                    let skip_retries = fallback_ready && matches!(e, UpstreamError::Connect { .. });
+                    if e.retryable() && !forwarded && attempt < max_retries && !skip_retries {
                         let wait = backoff(attempt, e.retry_after(), base, cap);
                         tracing::warn!(error = %e, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "upstream round failed; retrying");
                         attempt += 1;
                         tokio::time::sleep(wait).await;
                         continue;
                     }
-                    tracing::warn!(error = %e, attempts = attempt + 1, "upstream round failed");
-                    return Err(RunError::Api(e.to_api_error()));
+                    tracing::warn!(error = %e, attempts = attempt + 1, upstream = %route.endpoint.name, "upstream round failed");
+                    if unavailable {
+                        return Err(RoundFailure::Unavailable(e));
+                    }
+                    return Err(RoundFailure::Fatal(RunError::Api(e.to_api_error())));
                 }
             }
         }
@@ -936,12 +1089,17 @@ impl Run<'_> {
 
     async fn one_round(
         &self,
-        body: &RequestBody,
+        prepared: &Prepared,
         tool_names: &Arc<HashSet<String>>,
         tail: &mut TextTail,
         forwarded: &mut bool,
+        route: &Route,
     ) -> Result<Round, RoundError> {
-        let mut stream = self.engine.upstream.start(body.clone()).await?;
+        let mut stream = route
+            .endpoint
+            .upstream
+            .start(prepared.body.clone(), prepared.hints)
+            .await?;
         let mut acc = Accumulator::with_tool_names(Arc::clone(tool_names));
         let mut pieces = Vec::new();
         let mut first_text = true;
@@ -1258,8 +1416,7 @@ fn last_user_text(messages: &[Value]) -> String {
 
 /// Applies `edit_existing_file` changes with the upstream model (an "apply" round).
 struct UpstreamApply {
-    engine: Arc<Engine>,
-    model: String,
+    route: Route,
 }
 
 const APPLY_PROMPT: &str = "You apply code edits. You are given a file and changes to it in which \
@@ -1274,8 +1431,8 @@ impl ApplyModel for UpstreamApply {
         original: String,
         changes: String,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>> {
-        let engine = Arc::clone(&self.engine);
-        let model = self.model.clone();
+        let route = self.route.clone();
+        let model = route.model.clone();
         Box::pin(async move {
             let body = serde_json::json!({
                 "model": model,
@@ -1287,9 +1444,10 @@ impl ApplyModel for UpstreamApply {
                         "File: {path}\n\n```\n{original}```\n\nChanges:\n\n```\n{changes}```")},
                 ],
             });
-            let mut stream = engine
+            let mut stream = route
+                .endpoint
                 .upstream
-                .start(RequestBody::from(body.to_string()))
+                .start(RequestBody::from(body.to_string()), Hints::default())
                 .await
                 .map_err(|e| e.to_string())?;
             let mut acc = Accumulator::new();
@@ -1321,6 +1479,54 @@ fn code_block(text: &str) -> String {
             s
         }
         _ => text.to_string(),
+    }
+}
+
+/// Why a round could not be had from the current upstream.
+#[derive(Debug)]
+enum RoundFailure {
+    /// The request does not fit the model's context window.
+    Overflow(UpstreamError),
+    /// The upstream cannot be reached or answers 5xx (a fallback may help).
+    Unavailable(UpstreamError),
+    Fatal(RunError),
+}
+
+/// One round's request, ready to send.
+struct Prepared {
+    body: RequestBody,
+    /// Estimated prompt tokens (calibrated with the usage the upstream reports).
+    estimate: u64,
+    hints: Hints,
+}
+
+/// What a run knows about its context budget.
+struct ContextState {
+    est: context::Estimator,
+    /// Tokens the client asked to leave for the answer.
+    max_answer: Option<u64>,
+    /// A limit learned from an overflow.
+    limit: Option<u64>,
+    /// The context size asked of Ollama so far.
+    num_ctx: Option<u64>,
+}
+
+impl ContextState {
+    fn new(req: &ChatRequest) -> ContextState {
+        let max_answer = ["max_completion_tokens", "max_tokens"]
+            .iter()
+            .find_map(|k| req.extra.get(*k).and_then(Value::as_u64));
+        ContextState {
+            est: context::Estimator::default(),
+            max_answer,
+            limit: None,
+            num_ctx: None,
+        }
+    }
+
+    /// Tokens kept free for the answer in a window of `w`.
+    fn reserve(&self, w: u64) -> u64 {
+        self.max_answer.unwrap_or(4096).min(w / 4)
     }
 }
 

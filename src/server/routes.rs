@@ -437,8 +437,8 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
         "workspace": engine.workspace.root().display().to_string(),
-        "upstream": engine.upstream.describe(),
-        "demo_model": engine.upstream.is_demo(),
+        "upstream": engine.upstreams.describe(),
+        "demo_model": engine.upstreams.is_demo(),
         "server_tools": tools,
         "sandbox": {
             "landlock": engine.terminal.sandbox,

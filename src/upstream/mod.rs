@@ -10,6 +10,8 @@
 pub mod accumulate;
 pub mod body;
 pub mod demo;
+pub mod ollama;
+pub mod route;
 pub mod sse;
 pub mod textcalls;
 
@@ -21,7 +23,7 @@ use futures_util::StreamExt;
 use axum::http::StatusCode;
 use serde_json::Value;
 
-use crate::config::UpstreamConfig;
+use crate::config::{UpstreamConfig, UpstreamKind};
 use crate::error::ApiError;
 pub use body::RequestBody;
 use sse::SseDecoder;
@@ -75,6 +77,29 @@ impl UpstreamError {
         }
     }
 
+    /// The upstream said the request does not fit the model's context window.
+    pub fn is_context_overflow(&self) -> bool {
+        match self {
+            UpstreamError::Status {
+                status: 400 | 413 | 422 | 500,
+                message,
+                ..
+            }
+            | UpstreamError::InStream(message) => crate::agent::is_context_overflow(message),
+            _ => false,
+        }
+    }
+
+    /// The upstream cannot serve at all right now: another upstream may.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            UpstreamError::Connect { .. } => true,
+            UpstreamError::Timeout { phase, .. } => *phase == "accept the connection",
+            UpstreamError::Status { status, .. } => *status >= 500,
+            _ => false,
+        }
+    }
+
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             UpstreamError::Status { retry_after, .. } => *retry_after,
@@ -103,6 +128,20 @@ impl UpstreamError {
                 .with_code("upstream_error"),
         }
     }
+}
+
+/// What one round's request needs beyond its body.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hints {
+    /// The context size the request needs (Ollama loads the model with it).
+    pub num_ctx: Option<u64>,
+}
+
+/// The protocol an HTTP upstream speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    OpenAi,
+    Ollama,
 }
 
 /// Where rounds are sent.
@@ -138,9 +177,16 @@ impl Upstream {
     }
 
     /// Sends one round. `body` is the complete chat-completions request, serialised.
-    pub async fn start(&self, body: RequestBody) -> Result<RoundStream, UpstreamError> {
+    pub async fn start(
+        &self,
+        body: RequestBody,
+        hints: Hints,
+    ) -> Result<RoundStream, UpstreamError> {
         match self {
-            Upstream::Http(h) => h.start(body).await.map(|r| RoundStream::Http(Box::new(r))),
+            Upstream::Http(h) => h
+                .start(body, hints)
+                .await
+                .map(|r| RoundStream::Http(Box::new(r))),
             Upstream::Demo => {
                 let v: Value = serde_json::from_slice(&body.to_bytes()).unwrap_or(Value::Null);
                 Ok(RoundStream::Demo(demo::respond(&v).into()))
@@ -189,7 +235,21 @@ pub struct HttpUpstream {
     client: reqwest::Client,
     chat_url: url::Url,
     models_url: url::Url,
+    /// The server's root (the base URL without a final `v1/`), where Ollama's, llama.cpp's
+    /// and LM Studio's own endpoints live.
+    root: url::Url,
+    /// The protocol, found out on first use when the kind is `auto`.
+    wire: tokio::sync::OnceCell<Wire>,
     cfg: UpstreamConfig,
+}
+
+/// How a response body is framed.
+enum Framing {
+    Sse(SseDecoder),
+    /// One JSON body (servers that ignore `stream: true`).
+    Json(Vec<u8>),
+    /// Ollama's newline-delimited JSON.
+    Ndjson(ollama::NdjsonChunks),
 }
 
 /// The body of an upstream response, without its head: the response headers share the
@@ -200,10 +260,7 @@ type BodyStream =
 
 pub struct HttpRound {
     body: BodyStream,
-    decoder: SseDecoder,
-    /// The server answered with a JSON body instead of an event stream.
-    json_body: bool,
-    json_buf: Vec<u8>,
+    framing: Framing,
     idle: Duration,
     deadline: Instant,
     total: Duration,
@@ -251,12 +308,131 @@ impl HttpUpstream {
         let client = builder
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let root = match cfg.base_url.path().strip_suffix("v1/") {
+            Some(p) => {
+                let mut r = cfg.base_url.clone();
+                r.set_path(p);
+                r
+            }
+            None => cfg.base_url.clone(),
+        };
+        let wire = match cfg.kind {
+            UpstreamKind::Auto => tokio::sync::OnceCell::new(),
+            UpstreamKind::OpenAi => tokio::sync::OnceCell::new_with(Some(Wire::OpenAi)),
+            UpstreamKind::Ollama => tokio::sync::OnceCell::new_with(Some(Wire::Ollama)),
+        };
         Ok(HttpUpstream {
             client,
             chat_url,
             models_url,
+            root,
+            wire,
             cfg,
         })
+    }
+
+    /// The protocol to speak: as configured, or (kind `auto`) Ollama's own when the server
+    /// answers Ollama's `GET /api/version`, else OpenAI's.
+    pub async fn wire(&self) -> Wire {
+        *self
+            .wire
+            .get_or_init(|| async {
+                let Ok(url) = self.root.join("api/version") else {
+                    return Wire::OpenAi;
+                };
+                let probe = self.request(reqwest::Method::GET, &url).send();
+                let wire = match tokio::time::timeout(self.cfg.connect_timeout, probe).await {
+                    Ok(Ok(r)) if r.status().is_success() => {
+                        let body = read_capped(r, 64 * 1024, self.cfg.connect_timeout).await;
+                        match serde_json::from_slice::<Value>(&body) {
+                            Ok(v) if v.get("version").is_some_and(Value::is_string) => Wire::Ollama,
+                            _ => Wire::OpenAi,
+                        }
+                    }
+                    _ => Wire::OpenAi,
+                };
+                tracing::info!(upstream = %self.cfg.name, wire = ?wire, "upstream protocol");
+                wire
+            })
+            .await
+    }
+
+    /// GETs (or POSTs `body` to) `url` and returns its JSON, or `None` for any failure.
+    async fn json_of(&self, url: &url::Url, body: Option<Value>) -> Option<Value> {
+        let r = match body {
+            Some(b) => self
+                .request(reqwest::Method::POST, url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(b.to_string()),
+            None => self.request(reqwest::Method::GET, url),
+        };
+        let wait = self.cfg.first_byte_timeout.min(Duration::from_secs(10));
+        let resp = tokio::time::timeout(wait, r.send()).await.ok()?.ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        let bytes = read_capped(resp, 8 << 20, self.cfg.idle_timeout).await;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// The model's context window, from whatever the server publishes: Ollama's
+    /// `/api/show`, the model list (`max_model_len` from vLLM, `context_length` from
+    /// OpenRouter, `meta.n_ctx_train` from llama.cpp), llama.cpp's `/props` (the size the
+    /// server was started with), LM Studio's `/api/v0/models/{model}`.
+    pub async fn discover_context_window(&self, model: &str) -> Option<u64> {
+        if self.wire().await == Wire::Ollama {
+            let url = self.root.join("api/show").ok()?;
+            let v = self
+                .json_of(&url, Some(serde_json::json!({"model": model})))
+                .await?;
+            return v
+                .get("model_info")
+                .and_then(Value::as_object)?
+                .iter()
+                .find(|(k, _)| k.ends_with(".context_length"))
+                .and_then(|(_, n)| n.as_u64());
+        }
+        let mut train = None;
+        if let Some(list) = self.json_of(&self.models_url, None).await {
+            let entry = list["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|m| m.get("id").and_then(Value::as_str) == Some(model));
+            if let Some(m) = entry {
+                for key in [
+                    "max_model_len",
+                    "context_length",
+                    "context_window",
+                    "max_context_length",
+                ] {
+                    if let Some(n) = m.get(key).and_then(Value::as_u64) {
+                        return Some(n);
+                    }
+                }
+                train = m.pointer("/meta/n_ctx_train").and_then(Value::as_u64);
+            }
+        }
+        if let Ok(url) = self.root.join("props") {
+            if let Some(n) = self.json_of(&url, None).await.and_then(|v| {
+                v.pointer("/default_generation_settings/n_ctx")
+                    .and_then(Value::as_u64)
+            }) {
+                return Some(n);
+            }
+        }
+        if let Ok(url) = self.root.join(&format!("api/v0/models/{model}")) {
+            if let Some(v) = self.json_of(&url, None).await {
+                if let Some(n) = v
+                    .get("loaded_context_length")
+                    .or_else(|| v.get("max_context_length"))
+                    .and_then(Value::as_u64)
+                {
+                    return Some(n);
+                }
+            }
+        }
+        train
     }
 
     fn request(&self, method: reqwest::Method, url: &url::Url) -> reqwest::RequestBuilder {
@@ -280,16 +456,33 @@ impl HttpUpstream {
         }
     }
 
-    async fn start(&self, body: RequestBody) -> Result<HttpRound, UpstreamError> {
+    async fn start(&self, body: RequestBody, hints: Hints) -> Result<HttpRound, UpstreamError> {
         let started = Instant::now();
-        let send = self
-            .request(reqwest::Method::POST, &self.chat_url)
+        let wire = self.wire().await;
+        let request = match wire {
+            Wire::OpenAi => self
+                .request(reqwest::Method::POST, &self.chat_url)
+                .header(
+                    reqwest::header::ACCEPT,
+                    "text/event-stream, application/json",
+                )
+                .body(body.into_reqwest()),
+            Wire::Ollama => {
+                let url = self
+                    .root
+                    .join("api/chat")
+                    .map_err(|e| UpstreamError::Connect {
+                        url: self.cfg.base_url.to_string(),
+                        reason: e.to_string(),
+                    })?;
+                let v: Value = serde_json::from_slice(&body.to_bytes()).unwrap_or(Value::Null);
+                let native = ollama::native_request(&v, hints.num_ctx);
+                self.request(reqwest::Method::POST, &url)
+                    .body(native.to_string())
+            }
+        };
+        let send = request
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(
-                reqwest::header::ACCEPT,
-                "text/event-stream, application/json",
-            )
-            .body(body.into_reqwest())
             .send();
         let first_byte = self.cfg.first_byte_timeout.min(self.cfg.total_timeout);
         let response = match tokio::time::timeout(first_byte, send).await {
@@ -317,11 +510,14 @@ impl HttpUpstream {
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.starts_with("application/json"));
+        let framing = match wire {
+            Wire::Ollama => Framing::Ndjson(ollama::NdjsonChunks::default()),
+            Wire::OpenAi if json_body => Framing::Json(Vec::new()),
+            Wire::OpenAi => Framing::Sse(SseDecoder::new()),
+        };
         Ok(HttpRound {
             body: Box::pin(response.bytes_stream()),
-            decoder: SseDecoder::new(),
-            json_body,
-            json_buf: Vec::new(),
+            framing,
             idle: self.cfg.idle_timeout,
             deadline: started + self.cfg.total_timeout,
             total: self.cfg.total_timeout,
@@ -363,18 +559,34 @@ impl HttpUpstream {
 }
 
 impl HttpRound {
+    /// A payload already decoded, or at the end what is left.
+    fn ready(&mut self) -> Option<(Option<String>, String)> {
+        match &mut self.framing {
+            Framing::Sse(d) => d
+                .next_event()
+                .or_else(|| if self.ended { d.finish() } else { None })
+                .map(|ev| (ev.event, ev.data)),
+            Framing::Ndjson(d) => {
+                if self.ended {
+                    d.finish();
+                }
+                d.next_payload().map(|data| (None, data))
+            }
+            Framing::Json(buf) if self.ended && !buf.is_empty() => {
+                let body = std::mem::take(buf);
+                Some((None, String::from_utf8_lossy(&body).into_owned()))
+            }
+            Framing::Json(_) => None,
+        }
+    }
+
     async fn next_data(&mut self) -> Result<Option<(Option<String>, String)>, UpstreamError> {
         loop {
-            if !self.json_body {
-                if let Some(ev) = self.decoder.next_event() {
-                    return Ok(Some((ev.event, ev.data)));
-                }
+            if let Some(ev) = self.ready() {
+                return Ok(Some(ev));
             }
             if self.ended {
-                if self.json_body {
-                    return Ok(None);
-                }
-                return Ok(self.decoder.finish().map(|ev| (ev.event, ev.data)));
+                return Ok(None);
             }
             let now = Instant::now();
             if now >= self.deadline {
@@ -398,22 +610,16 @@ impl HttpRound {
                     });
                 }
                 Ok(Some(Err(e))) => return Err(UpstreamError::Body(error_chain(&e))),
-                Ok(None) => {
-                    self.ended = true;
-                    if self.json_body {
-                        let body = std::mem::take(&mut self.json_buf);
-                        return Ok(Some((None, String::from_utf8_lossy(&body).into_owned())));
-                    }
-                }
+                Ok(None) => self.ended = true,
                 Ok(Some(Ok(bytes))) => {
                     self.received += bytes.len();
                     if self.received > self.max_bytes {
                         return Err(UpstreamError::TooLarge(self.max_bytes));
                     }
-                    if self.json_body {
-                        self.json_buf.extend_from_slice(&bytes);
-                    } else {
-                        self.decoder.push(&bytes);
+                    match &mut self.framing {
+                        Framing::Sse(d) => d.push(&bytes),
+                        Framing::Json(buf) => buf.extend_from_slice(&bytes),
+                        Framing::Ndjson(d) => d.push(&bytes),
                     }
                 }
             }
