@@ -40,6 +40,14 @@ pub struct Script {
     /// Model ids listed by `GET /v1/models` (default `["mock-model"]`).
     #[serde(default)]
     pub models: Option<Vec<String>>,
+    /// The context window published for every model (`max_model_len` in the model list, as
+    /// vLLM does; `context_length` in Ollama's model info).
+    #[serde(default)]
+    pub context_length: Option<u64>,
+    /// Also answer as Ollama does: `GET /api/version`, `POST /api/show`, `GET /api/tags`, and
+    /// `POST /api/chat` (the same rounds, as newline-delimited JSON).
+    #[serde(default)]
+    pub ollama: bool,
 }
 
 fn yes() -> bool {
@@ -198,6 +206,10 @@ impl MockUpstream {
             .route("/chat/completions", post(chat))
             .route("/v1/models", get(models))
             .route("/models", get(models))
+            .route("/api/version", get(ollama_version))
+            .route("/api/show", post(ollama_show))
+            .route("/api/tags", get(ollama_tags))
+            .route("/api/chat", post(ollama_chat))
             .route("/_mock/requests", get(requests))
             .route("/_mock/release", post(release))
             .route("/_mock/stats", get(stats))
@@ -256,9 +268,209 @@ async fn models(State(shared): State<Arc<Shared>>) -> Response {
         .unwrap_or_else(|| vec!["mock-model".into()]);
     let data: Vec<Value> = ids
         .iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "mock"}))
+        .map(|id| {
+            let mut m = json!({"id": id, "object": "model", "created": 0, "owned_by": "mock"});
+            if let Some(n) = shared.script.context_length {
+                m["max_model_len"] = json!(n);
+            }
+            m
+        })
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+fn not_ollama() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "404 page not found (this mock is not scripted as Ollama)",
+    )
+        .into_response()
+}
+
+async fn ollama_version(State(shared): State<Arc<Shared>>) -> Response {
+    if !shared.script.ollama {
+        return not_ollama();
+    }
+    axum::Json(json!({"version": "0.0.0-mock"})).into_response()
+}
+
+async fn ollama_tags(State(shared): State<Arc<Shared>>) -> Response {
+    if !shared.script.ollama {
+        return not_ollama();
+    }
+    let ids = shared
+        .script
+        .models
+        .clone()
+        .unwrap_or_else(|| vec!["mock-model".into()]);
+    let models: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"name": id, "model": id}))
+        .collect();
+    axum::Json(json!({"models": models})).into_response()
+}
+
+async fn ollama_show(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    if !shared.script.ollama {
+        return not_ollama();
+    }
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut info = json!({"general.architecture": "llama"});
+    if let Some(n) = shared.script.context_length {
+        info["llama.context_length"] = json!(n);
+    }
+    axum::Json(json!({"model_info": info, "details": {"family": "llama"},
+                      "model": v.get("model").cloned().unwrap_or(Value::Null)}))
+    .into_response()
+}
+
+/// `POST /api/chat`: the next round as Ollama streams it (one JSON object per line).
+async fn ollama_chat(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !shared.script.ollama {
+        return not_ollama();
+    }
+    let (record_index, round_index, body_json) = begin(&shared, peer, &uri, &headers, &body);
+    set_outcome(&shared, record_index, "completed");
+    let Some(ri) = round_index else {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            axum::Json(json!({"error": "mock-upstream: the script has no more rounds"})),
+        )
+            .into_response();
+    };
+    let mut round = shared.script.rounds[ri].clone();
+    if round.usage.is_none() {
+        round.usage = Some(usage_for(body.len(), &round));
+    }
+    let model = body_json
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("mock-model")
+        .to_string();
+    if let Some(status) = round.status {
+        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let msg = round
+            .error
+            .unwrap_or_else(|| format!("mock error {status}"));
+        return (code, axum::Json(json!({"error": msg}))).into_response();
+    }
+    let line = |message: Value, done: bool| {
+        json!({"model": model, "created_at": "2026-01-01T00:00:00Z", "message": message,
+               "done": done})
+    };
+    let mut lines: Vec<Value> = Vec::new();
+    let size = round.chunk_size.unwrap_or(8);
+    if let Some(r) = &round.reasoning {
+        for p in split_chars(r, size) {
+            lines.push(line(
+                json!({"role": "assistant", "content": "", "thinking": p}),
+                false,
+            ));
+        }
+    }
+    if let Some(t) = &round.text {
+        for p in split_chars(t, size) {
+            lines.push(line(json!({"role": "assistant", "content": p}), false));
+        }
+    }
+    let calls: Vec<Value> = round
+        .tool_calls
+        .clone()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            let args = match &c.arguments {
+                Value::String(s) => serde_json::from_str(s).unwrap_or(json!({})),
+                Value::Null => json!({}),
+                other => other.clone(),
+            };
+            json!({"function": {"name": c.name, "arguments": args}})
+        })
+        .collect();
+    if !calls.is_empty() {
+        lines.push(line(
+            json!({"role": "assistant", "content": "", "tool_calls": calls}),
+            false,
+        ));
+    }
+    let usage = default_usage(&round);
+    let mut last = line(json!({"role": "assistant", "content": ""}), true);
+    last["done_reason"] = json!(round.finish_reason.clone().unwrap_or_else(|| "stop".into()));
+    last["prompt_eval_count"] = usage["prompt_tokens"].clone();
+    last["eval_count"] = usage["completion_tokens"].clone();
+    lines.push(last);
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response()
+}
+
+/// Records a request and picks the round that answers it: (record index, round index, body).
+fn begin(
+    shared: &Shared,
+    peer: SocketAddr,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (usize, Option<usize>, Value) {
+    shared
+        .received
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let record = shared.script.record;
+    // Benchmarks do not record: nothing is parsed or kept per request.
+    let body_json: Value = if record {
+        serde_json::from_slice(body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+    } else {
+        Value::Null
+    };
+    let round_index = {
+        let Ok(mut next) = shared.next.lock() else {
+            return (usize::MAX, None, body_json);
+        };
+        let n = *next;
+        *next += 1;
+        if n < shared.script.rounds.len() {
+            Some(n)
+        } else if shared.script.cycle && !shared.script.rounds.is_empty() {
+            Some(n % shared.script.rounds.len())
+        } else if shared.script.repeat_last && !shared.script.rounds.is_empty() {
+            Some(shared.script.rounds.len() - 1)
+        } else {
+            None
+        }
+    };
+    if !record {
+        return (usize::MAX, round_index, body_json);
+    }
+    let header_json: serde_json::Map<String, Value> = headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                Value::from(v.to_str().unwrap_or("").to_string()),
+            )
+        })
+        .collect();
+    let Ok(mut log) = shared.log.lock() else {
+        return (usize::MAX, round_index, body_json);
+    };
+    log.push(Recorded {
+        path: uri.path().to_string(),
+        headers: Value::Object(header_json),
+        body: body_json.clone(),
+        round: round_index,
+        outcome: "in_progress".into(),
+        peer: Some(peer.to_string()),
+    });
+    let i = log.len() - 1;
+    drop(log);
+    save_record(shared);
+    (i, round_index, body_json)
 }
 
 async fn requests(State(shared): State<Arc<Shared>>) -> Response {
@@ -310,69 +522,12 @@ async fn chat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    shared
-        .received
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let record = shared.script.record;
-    let body_json: Value = if record {
-        serde_json::from_slice(&body)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()))
-    } else {
-        Value::Null
-    };
-    let header_json: serde_json::Map<String, Value> = if record {
-        headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_string(),
-                    Value::from(v.to_str().unwrap_or("").to_string()),
-                )
-            })
-            .collect()
-    } else {
-        serde_json::Map::new()
-    };
-    let round_index = {
-        let Ok(mut next) = shared.next.lock() else {
-            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-        };
-        let n = *next;
-        *next += 1;
-        if n < shared.script.rounds.len() {
-            Some(n)
-        } else if shared.script.cycle && !shared.script.rounds.is_empty() {
-            Some(n % shared.script.rounds.len())
-        } else if shared.script.repeat_last && !shared.script.rounds.is_empty() {
-            Some(shared.script.rounds.len() - 1)
-        } else {
-            None
-        }
-    };
-    let record_index = if !record {
-        usize::MAX
-    } else {
-        let Ok(mut log) = shared.log.lock() else {
-            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-        };
-        log.push(Recorded {
-            path: uri.path().to_string(),
-            headers: Value::Object(header_json),
-            body: body_json.clone(),
-            round: round_index,
-            outcome: "in_progress".into(),
-            peer: Some(peer.to_string()),
-        });
-        log.len() - 1
-    };
-    if record {
-        save_record(&shared);
-    }
+    let (record_index, round_index, body_json) = begin(&shared, peer, &uri, &headers, &body);
     let Some(ri) = round_index else {
         set_outcome(&shared, record_index, "completed");
         let msg = format!(
             "mock-upstream: the script has no round {} (it has {})",
-            record_index + 1,
+            shared.received.load(std::sync::atomic::Ordering::Relaxed),
             shared.script.rounds.len()
         );
         return (
@@ -381,7 +536,10 @@ async fn chat(
         )
             .into_response();
     };
-    let round = shared.script.rounds[ri].clone();
+    let mut round = shared.script.rounds[ri].clone();
+    if round.usage.is_none() {
+        round.usage = Some(usage_for(body.len(), &round));
+    }
     if round.delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(round.delay_ms)).await;
     }
@@ -519,6 +677,23 @@ fn call_id(call: &ScriptCall, i: usize, quirks: &Quirks) -> String {
         return String::new();
     }
     call.id.clone().unwrap_or_else(|| format!("call_mock_{i}"))
+}
+
+/// Usage as a real server would count it, roughly: a token per four bytes of the request and
+/// of the answer (so that what toolpilot learns from usage is plausible).
+fn usage_for(request_bytes: usize, round: &ScriptRound) -> Value {
+    let prompt = (request_bytes / 4).max(1);
+    let answer = round.text.as_deref().map_or(0, str::len)
+        + round.reasoning.as_deref().map_or(0, str::len)
+        + round
+            .tool_calls
+            .iter()
+            .flatten()
+            .map(|c| c.name.len() + args_string(&c.arguments).len())
+            .sum::<usize>();
+    let completion = (answer / 4).max(1);
+    json!({"prompt_tokens": prompt, "completion_tokens": completion,
+           "total_tokens": prompt + completion})
 }
 
 fn default_usage(round: &ScriptRound) -> Value {

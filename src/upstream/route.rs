@@ -295,21 +295,31 @@ impl Upstreams {
         for (m, &i) in exact {
             push(m, &self.endpoints[i].name, None);
         }
-        let asked: Vec<&Arc<Endpoint>> = match self.catch_all {
-            Some(i) => vec![&self.endpoints[i]],
-            None => Vec::new(),
-        };
-        let lists = futures_util::future::join_all(asked.iter().map(|e| async move {
+        // Upstreams that take any name, or names by glob, are asked what they have.
+        let asked: Vec<usize> = (0..self.endpoints.len())
+            .filter(|i| self.catch_all == Some(*i) || self.globs.iter().any(|(_, g)| g == i))
+            .collect();
+        let lists = futures_util::future::join_all(asked.iter().map(|&i| async move {
+            let e = &self.endpoints[i];
             let r = tokio::time::timeout(Duration::from_secs(15), e.upstream.models()).await;
-            (e, r)
+            (i, e, r)
         }))
         .await;
         let mut failure = None;
-        for (e, r) in lists {
+        for (_, e, r) in lists {
             match r {
                 Ok(Ok(v)) => {
                     for m in v["data"].as_array().into_iter().flatten() {
-                        if let Some(id) = m.get("id").and_then(Value::as_str) {
+                        let Some(id) = m.get("id").and_then(Value::as_str) else {
+                            continue;
+                        };
+                        let routed_here = match self.route(Some(id)) {
+                            Ok(r) => Arc::ptr_eq(&r.endpoint, e),
+                            Err(_) => false,
+                        };
+                        // Only names that would really be routed here (not to an upstream
+                        // that lists them, or to a glob of another one).
+                        if routed_here {
                             push(id, &e.name, None);
                         }
                     }

@@ -594,3 +594,18 @@ pub fn all_tool_messages(server: &TestServer) -> Vec<String> {
         })
         .collect()
 }
+
+/// Another mock upstream beside the server's own (for routing and fallback tests).
+pub async fn extra_mock(script: Value) -> MockUpstream {
+    let script: Script = serde_json::from_value(script).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    MockUpstream::start(script, l).unwrap()
+}
+
+/// A loopback address nothing listens on.
+pub async fn dead_address() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    format!("http://{addr}/v1")
+}
