@@ -11,5 +11,6 @@ mod progress;
 mod python_sdk;
 mod runs;
 mod terminal;
+mod textcalls;
 mod tools;
 mod upstreams;
