@@ -64,7 +64,11 @@ fn text_of(sse: &str) -> String {
     sse.lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect()
 }
 
@@ -97,7 +101,10 @@ fn check_calls(f: &Fixture, s: &TestServer, how: &str) {
         .map(|c| {
             let args: Value =
                 serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap();
-            (c["function"]["name"].as_str().unwrap().to_string(), args.to_string())
+            (
+                c["function"]["name"].as_str().unwrap().to_string(),
+                args.to_string(),
+            )
         })
         .collect();
     let want: Vec<(String, String)> = f
@@ -127,7 +134,12 @@ async fn recorded_text_calls_run_streamed_and_not_and_never_reach_the_client() {
         let st = s.chat_stream(ask("what is in a.txt?")).await;
         assert_eq!(st.content(), expected(f), "{} (stream)", f.file);
         for marker in ["tool_call", "TOOL_NAME", "```json", "\"arguments\""] {
-            assert!(!st.raw.contains(marker), "{}: {marker} leaked: {}", f.file, st.raw);
+            assert!(
+                !st.raw.contains(marker),
+                "{}: {marker} leaked: {}",
+                f.file,
+                st.raw
+            );
         }
         check_calls(f, &s, "stream");
 
@@ -169,8 +181,14 @@ fn check_text_mode_requests(s: &TestServer) {
         }
     }
     let sys = reqs[0].body["messages"][0]["content"].as_str().unwrap();
-    assert!(sys.contains("# Tools") && sys.contains("## read_file"), "{sys}");
-    assert!(sys.contains("<tool_call>\n{\"name\": \"TOOL_NAME\""), "{sys}");
+    assert!(
+        sys.contains("# Tools") && sys.contains("## read_file"),
+        "{sys}"
+    );
+    assert!(
+        sys.contains("<tool_call>\n{\"name\": \"TOOL_NAME\""),
+        "{sys}"
+    );
     let msgs = reqs[1].body["messages"].as_array().unwrap();
     let n = msgs.len();
     assert_eq!(msgs[n - 2]["role"], "assistant");
