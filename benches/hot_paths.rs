@@ -197,5 +197,40 @@ fn policy(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, sse, encode, rewrite, policy);
+/// A long agent conversation: 100 tool rounds of 20 KB results (about 2 MB, 570k tokens).
+fn long_conversation() -> Vec<serde_json::Value> {
+    let mut m = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": "Refactor the config loader."}),
+    ];
+    for i in 0..100 {
+        let id = format!("c{i}");
+        m.push(json!({"role": "assistant", "content": "Reading.", "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "read_file", "arguments": "{\"filepath\":\"src/config.rs\"}"}}]}));
+        m.push(json!({"role": "tool", "tool_call_id": id, "content": "x".repeat(20_000)}));
+    }
+    m
+}
+
+fn context(c: &mut Criterion) {
+    use toolpilot::agent::context::{Estimator, fit};
+    let convo = long_conversation();
+    let est = Estimator::default();
+    let mut g = c.benchmark_group("context");
+    // Every round with a known window: estimate the request (it fits).
+    g.bench_function("estimate_202_messages_2mb", |b| {
+        b.iter(|| black_box(est.request(black_box(&convo), 11_000)))
+    });
+    // A round that must shrink 2 MB to a 128k-token window.
+    g.bench_function("fit_202_messages_2mb_into_128k", |b| {
+        b.iter_batched(
+            || convo.clone(),
+            |mut m| black_box(fit(&mut m, 128_000, 4_000, &est)),
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, sse, encode, rewrite, policy, context);
 criterion_main!(benches);

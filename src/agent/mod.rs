@@ -49,7 +49,7 @@ use crate::upstream::route::{Route, Upstreams};
 use crate::upstream::{Hints, RequestBody, UpstreamError, demo};
 use crate::workspace::Workspace;
 
-mod context;
+pub mod context;
 pub use context::is_overflow as is_context_overflow;
 pub mod detach;
 mod handoff;
