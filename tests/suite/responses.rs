@@ -873,3 +873,146 @@ async fn a_codex_cli_turn_round_trips() {
     assert_eq!(m[5]["tool_call_id"], "call_p1");
     assert!(m[5]["content"].as_str().unwrap().starts_with("Success."));
 }
+
+/// The official `openai` Python SDK's Responses client: `create` (stream and not), the
+/// `responses.stream()` helper (which checks the stream's indexes and ids as it accumulates),
+/// a function call continued with `previous_response_id`, typed errors, a failed stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_python_sdk_responses_client_works() {
+    let Some(py) = crate::suite::python_sdk::python_with_sdk() else {
+        return;
+    };
+    let read = json!({"text": "Looking.", "tool_calls": [{"name": "read_file", "arguments": {"filepath": "a.txt"}}],
+                      "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}});
+    let answer = json!({"text": "a.txt says hello from the SDK test", "chunk_size": 4,
+                        "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}});
+    let s = TestServer::builder()
+        .file("a.txt", "hello from the SDK test\n")
+        .script(json!({"models": ["mock-model"], "rounds": [
+            read, answer,                                   // 1. non-stream
+            read, answer,                                   // 2. create(stream=True)
+            read, answer,                                   // 3. the stream helper
+            {"text": "Deploying.", "tool_calls": [{"id": "d1", "name": "deploy", "arguments": {"env": "prod"}}]}, // 4.
+            {"text": "Deployed to prod."},
+            {"tool_calls": [{"id": "d2", "name": "deploy", "arguments": {"env": "dev"}}]},                      // 5.
+            {"text": "so far so good", "chunk_size": 4, "error_after": {"chunks": 3, "message": "GPU on fire"}} // 7.
+        ]}))
+        .config("[upstream]\nmax_retries = 0\n")
+        .start()
+        .await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/sdk_responses.py");
+    let out = tokio::process::Command::new(&py)
+        .arg(script)
+        .arg(s.url("/v1"))
+        .env("NO_PROXY", "127.0.0.1")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the SDK script failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!("openai SDK {}", v["sdk_version"]);
+    let answer_text = "Looking.\n\na.txt says hello from the SDK test";
+
+    let n = &v["nonstream"];
+    assert_eq!(n["object"], "response");
+    assert_eq!(n["status"], "completed");
+    assert!(n["id"].as_str().unwrap().starts_with("resp_"));
+    assert_eq!(n["output_text"], answer_text);
+    assert_eq!(n["output_types"], json!(["message"]));
+    assert_eq!(n["input_tokens"], 14);
+    assert_eq!(n["output_tokens"], 4);
+    assert_eq!(n["total_tokens"], 18);
+    assert_eq!(n["cached_tokens"], 0);
+    assert_eq!(n["instructions"], "Answer briefly.");
+
+    let st = &v["stream"];
+    let types: Vec<&str> = st["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let deltas = types
+        .iter()
+        .filter(|t| **t == "response.output_text.delta")
+        .count();
+    assert!(deltas >= 5, "{types:?}");
+    let mut expected = vec![
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ];
+    expected.extend(std::iter::repeat_n("response.output_text.delta", deltas));
+    expected.extend([
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]);
+    assert_eq!(types, expected);
+    let seqs: Vec<u64> = st["sequence_numbers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (0..types.len() as u64).collect::<Vec<_>>());
+    assert_eq!(st["text"], answer_text);
+    assert_eq!(st["final_text"], answer_text);
+    assert_eq!(st["total_tokens"], 18);
+
+    let h = &v["helper"];
+    assert_eq!(h["output_text"], answer_text);
+    assert_eq!(h["status"], "completed");
+    assert_eq!(h["last_snapshot"], answer_text);
+    assert!(h["snapshots"].as_u64().unwrap() >= 5);
+
+    let f = &v["function_call"];
+    assert_eq!(f["text_before"], "Deploying.");
+    assert_eq!(f["name"], "deploy");
+    assert_eq!(f["call_id"], "d1");
+    assert_eq!(f["arguments"], json!({"env": "prod"}));
+    assert_eq!(f["status"], "completed");
+    assert_eq!(f["follow_text"], "Deployed to prod.");
+    assert_eq!(f["follow_previous"], true);
+
+    let sf = &v["stream_function_call"];
+    assert_eq!(sf["name"], "deploy");
+    assert_eq!(sf["arguments"], json!({"env": "dev"}));
+    assert_eq!(sf["arg_snapshots"], json!(["{\"env\":\"dev\"}"]));
+
+    assert_eq!(v["bad_request"]["status"], 400);
+    assert_eq!(v["bad_request"]["param"], "input[0].type");
+    assert!(
+        v["bad_request"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"mystery\""),
+        "{}",
+        v["bad_request"]
+    );
+    assert_eq!(v["stream_failed"]["status"], "failed");
+    assert!(
+        v["stream_failed"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("GPU on fire"),
+        "{}",
+        v["stream_failed"]
+    );
+
+    // Every conversation reached the upstream well-formed, and the tool really ran.
+    let reqs = s.requests();
+    check_conversation_invariants(&reqs);
+    assert_eq!(
+        tool_result(&reqs[1], "call_mock_0"),
+        "hello from the SDK test\n"
+    );
+    // The continuation carried the call and its output.
+    assert_eq!(tool_result(&reqs[7], "d1"), "deployed to prod");
+}
