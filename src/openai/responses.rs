@@ -995,10 +995,9 @@ fn map_tools(list: &[Value]) -> Result<(Vec<Value>, HashMap<String, ToolKind>), 
             "function" => {
                 // The chat shape, sent by mistake, is understood too.
                 if let Some(Value::Object(f)) = o.get("function") {
-                    if !f
-                        .get("name")
+                    if f.get("name")
                         .and_then(Value::as_str)
-                        .is_some_and(|n| !n.is_empty())
+                        .is_none_or(str::is_empty)
                     {
                         return Err(ApiError::invalid(
                             &format!("{param}.function.name"),
