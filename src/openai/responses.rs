@@ -494,17 +494,19 @@ impl ResponsesRequest {
 
         let has_instructions = instructions.is_some();
         let unmatched = std::mem::take(&mut conv.unmatched);
-        chat.insert("messages".into(), Value::Array(conv.messages));
-        let chat = if chat["messages"].as_array().is_some_and(Vec::is_empty) {
-            // Only possible with previous_response_id and an empty input; the stored
-            // conversation fills it in `with_prior`.
-            chat.insert("messages".into(), json!([{"role": "user", "content": ""}]));
-            let mut c = ChatRequest::from_map(chat)?;
-            c.messages.clear();
-            c
+        // Empty only with previous_response_id and an empty input: the stored conversation
+        // fills it in `with_prior`. (Chat validation wants a message meanwhile.)
+        let empty = conv.messages.is_empty();
+        let messages = if empty {
+            vec![json!({"role": "user", "content": ""})]
         } else {
-            ChatRequest::from_map(chat)?
+            conv.messages
         };
+        chat.insert("messages".into(), Value::Array(messages));
+        let mut chat = ChatRequest::from_map(chat)?;
+        if empty {
+            chat.messages.clear();
+        }
         Ok(ResponsesRequest {
             chat,
             previous_response_id,
@@ -1467,6 +1469,11 @@ mod tests {
         assert_eq!(r.chat.messages[1], prior[0]);
         assert_eq!(r.chat.messages[3]["tool_call_id"], "c9");
         assert_eq!(r.conversation().len(), 3);
+        // An empty input just continues the stored conversation.
+        let mut r = parse(json!({"previous_response_id": "resp_1", "input": []}));
+        assert!(r.chat.messages.is_empty());
+        r.with_prior(&prior).unwrap();
+        assert_eq!(r.chat.messages, prior);
         let mut r = parse(json!({"previous_response_id": "resp_1",
             "input": [{"type": "function_call_output", "call_id": "other", "output": "done"}]}));
         let err = r.with_prior(&prior).unwrap_err();

@@ -166,10 +166,6 @@ async fn collect_response<S: EventSource>(
             RunEvent::Content(t) => enc.text(&mut none, &t),
             RunEvent::Reasoning(t) => enc.reasoning(&mut none, &t),
             RunEvent::ClientToolCalls(calls) => enc.calls(&mut none, &calls),
-            RunEvent::ToolStarted { .. }
-            | RunEvent::ToolFinished { .. }
-            | RunEvent::ApprovalPending(_)
-            | RunEvent::ApprovalResolved { .. } => {}
             RunEvent::Done {
                 finish_reason,
                 usage,
@@ -182,6 +178,9 @@ async fn collect_response<S: EventSource>(
                 return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
             }
             RunEvent::Failed(e) => return e.into_response(),
+            // Server-side activity (tools, approvals): a non-streamed answer shows no
+            // progress, as for chat completions.
+            _ => {}
         }
     }
     run_ended_early().into_response()
