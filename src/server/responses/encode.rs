@@ -39,6 +39,27 @@ struct Open {
     text: String,
     /// `"item_id":"…","output_index":N,"content_index":0` (or `summary_index`).
     locator: String,
+    /// What a delta event has between its sequence number and the delta text.
+    delta_tail: String,
+}
+
+/// The start of a text delta event, up to its sequence number.
+const TEXT_DELTA_HEAD: &[u8] = b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":";
+const REASONING_DELTA_HEAD: &[u8] = b"event: response.reasoning_summary_text.delta\ndata: {\"type\":\"response.reasoning_summary_text.delta\",\"sequence_number\":";
+
+/// Appends `n` in decimal.
+fn push_u64(out: &mut BytesMut, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.put_slice(&buf[i..]);
 }
 
 pub struct Encoder {
@@ -96,7 +117,8 @@ impl Encoder {
         &self.id
     }
 
-    /// The answer's text (all message items) and the calls handed to the client.
+    /// The answer's text (all finished message items) and the calls handed to the client;
+    /// complete after [`Encoder::finish`].
     pub fn answer(&self) -> (&str, &[ToolCall]) {
         (&self.text, &self.calls)
     }
@@ -134,28 +156,19 @@ impl Encoder {
             return;
         };
         open.text.push_str(t);
-        if kind == Kind::Message {
-            self.text.push_str(t);
-        }
         if !self.emit {
             return;
         }
-        let name = match kind {
-            Kind::Message => "response.output_text.delta",
-            Kind::Reasoning => "response.reasoning_summary_text.delta",
-        };
         let seq = self.seq;
         self.seq += 1;
-        out.reserve(t.len() + open.locator.len() + 2 * name.len() + 80);
-        let _ = write!(
-            out,
-            "event: {name}\ndata: {{\"type\":\"{name}\",\"sequence_number\":{seq},{},",
-            open.locator
-        );
-        if kind == Kind::Message {
-            out.put_slice(b"\"logprobs\":[],");
-        }
-        out.put_slice(b"\"delta\":");
+        let head = match kind {
+            Kind::Message => TEXT_DELTA_HEAD,
+            Kind::Reasoning => REASONING_DELTA_HEAD,
+        };
+        out.reserve(head.len() + open.delta_tail.len() + t.len() + 32);
+        out.put_slice(head);
+        push_u64(out, seq);
+        out.put_slice(open.delta_tail.as_bytes());
         let _ = serde_json::to_writer(out.writer(), t);
         out.put_slice(b"}\n\n");
     }
@@ -209,12 +222,17 @@ impl Encoder {
                 }
             }
         }
+        let delta_tail = match kind {
+            Kind::Message => format!(",{locator},\"logprobs\":[],\"delta\":"),
+            Kind::Reasoning => format!(",{locator},\"delta\":"),
+        };
         self.open = Some(Open {
             kind,
             index,
             id,
             text: String::new(),
             locator,
+            delta_tail,
         });
     }
 
@@ -223,6 +241,9 @@ impl Encoder {
         let Some(open) = self.open.take() else {
             return;
         };
+        if open.kind == Kind::Message {
+            self.text.push_str(&open.text);
+        }
         let text = Value::from(open.text);
         let item = match open.kind {
             Kind::Message => {
@@ -663,6 +684,15 @@ mod tests {
         assert_eq!(v["output"][0]["status"], "completed");
         assert_eq!(v["output"][2]["status"], "incomplete");
         assert_eq!(e.answer().0, "ab");
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for n in [0, 7, 10, 4096, u64::MAX] {
+            let mut out = BytesMut::new();
+            push_u64(&mut out, n);
+            assert_eq!(&out[..], n.to_string().as_bytes());
+        }
     }
 
     #[test]

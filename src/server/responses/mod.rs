@@ -8,7 +8,7 @@
 //! (reasoning → a reasoning item, text → the answer's text, comments → SSE comments), or
 //! returned as one response object.
 
-mod encode;
+pub mod encode;
 pub mod store;
 
 use std::convert::Infallible;
