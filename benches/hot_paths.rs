@@ -88,6 +88,7 @@ fn encode(c: &mut Criterion) {
             black_box(out);
         })
     });
+    encode_responses(c);
 }
 
 fn encode_responses(c: &mut Criterion) {
@@ -238,5 +239,5 @@ fn policy(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, sse, encode, encode_responses, rewrite, policy);
+criterion_group!(benches, sse, encode, rewrite, policy);
 criterion_main!(benches);
