@@ -743,7 +743,8 @@ async fn a_codex_cli_turn_round_trips() {
         .model(None)
         .script(json!({"rounds": [
             {"reasoning": "The README has a typo.", "text": "I'll fix it.",
-             "tool_calls": [{"id": "call_p1", "name": "apply_patch", "arguments": {"input": patch}}]},
+             "tool_calls": [{"id": "call_p1", "name": "apply_patch", "arguments": {"input": patch}}],
+             "usage": {"prompt_tokens": 1200, "completion_tokens": 40, "total_tokens": 1240}},
             {"text": "Fixed the typo in README.md."}
         ]}))
         .start()
@@ -788,7 +789,8 @@ async fn a_codex_cli_turn_round_trips() {
     );
     let done = ev.last_response();
     assert!(done["id"].as_str().unwrap().starts_with("resp_"));
-    assert_eq!(done["usage"]["input_tokens"], 10);
+    assert_eq!(done["usage"]["input_tokens"], 1200);
+    assert_eq!(done["usage"]["output_tokens"], 40);
 
     let first = &s.requests()[0].body;
     assert_eq!(first["model"], "qwen2.5-coder");
