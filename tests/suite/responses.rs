@@ -1018,3 +1018,43 @@ async fn the_openai_python_sdk_responses_client_works() {
     // The continuation carried the call and its output.
     assert_eq!(tool_result(&reqs[7], "d1"), "deployed to prod");
 }
+
+/// `x-toolpilot-detach` works on this endpoint too: the run goes on after its client leaves,
+/// and re-attaching gives its answer (in the chat-completions form).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_response_outlives_its_client() {
+    let s = TestServer::builder()
+        .script(json!({"rounds": [{"text": "first part, then the rest", "chunk_size": 5, "hold_after": 3}]}))
+        .start()
+        .await;
+    let mut resp = s
+        .client
+        .post(s.url("/v1/responses"))
+        .header("x-toolpilot-detach", "true")
+        .body(json!({"model": "mock-model", "input": "go", "stream": true}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let id = resp.headers()["x-toolpilot-run-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut seen = String::new();
+    while !seen.contains("response.output_text.delta") {
+        let chunk = resp.chunk().await.unwrap().expect("ended early");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(resp);
+    s.mock().release();
+    let whole = s.get(&format!("/v1/runs/{id}/attach?stream=false")).await;
+    assert_eq!(whole.status, 200, "{}", whole.text);
+    assert_eq!(
+        whole.body["choices"][0]["message"]["content"],
+        "first part, then the rest"
+    );
+    assert_eq!(
+        s.get(&format!("/v1/runs/{id}")).await.body["run"]["status"],
+        "done"
+    );
+}
