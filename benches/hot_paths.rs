@@ -88,6 +88,48 @@ fn encode(c: &mut Criterion) {
             black_box(out);
         })
     });
+    encode_responses(c);
+}
+
+fn encode_responses(c: &mut Criterion) {
+    use toolpilot::server::responses::encode::Encoder;
+    let fixture = include_str!("../tests/fixtures/codex_responses_request.json");
+    let req =
+        toolpilot::openai::responses::ResponsesRequest::from_slice(fixture.as_bytes()).unwrap();
+    let open = || {
+        let mut enc = Encoder::new(
+            "19a2b3c4d5e6f708",
+            "qwen2.5-coder",
+            &req.echo,
+            req.kinds.clone(),
+            true,
+        );
+        let mut out = bytes::BytesMut::new();
+        enc.created(&mut out);
+        enc.text(&mut out, "Hello");
+        enc
+    };
+    c.bench_function("server/encode_responses_text_delta", |b| {
+        b.iter_batched_ref(
+            open,
+            |enc| {
+                let mut out = bytes::BytesMut::with_capacity(256);
+                enc.text(&mut out, black_box("Hello, \"world\"\n"));
+                black_box(out);
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    c.bench_function("request/map_codex_responses_request", |b| {
+        b.iter(|| {
+            black_box(
+                toolpilot::openai::responses::ResponsesRequest::from_slice(black_box(
+                    fixture.as_bytes(),
+                ))
+                .unwrap(),
+            )
+        })
+    });
 }
 
 fn agent_body() -> Vec<u8> {

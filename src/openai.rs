@@ -9,6 +9,8 @@ use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 
+pub mod responses;
+
 /// A validated `POST /v1/chat/completions` body.
 #[derive(Debug, Clone, Default)]
 pub struct ChatRequest {

@@ -6,6 +6,7 @@
 //! module and `error.rs` know axum.
 
 mod console;
+pub mod responses;
 pub mod routes;
 pub mod sse;
 
@@ -52,6 +53,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(routes::chat_completions))
         .route("/chat/completions", post(routes::chat_completions))
+        .route("/v1/responses", post(responses::create))
+        .route("/responses", post(responses::create))
         .route("/v1/models", get(routes::models))
         .route("/models", get(routes::models))
         .route("/healthz", get(routes::healthz))
@@ -72,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/policy/check", post(routes::policy_check))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(axum::Extension(Arc::new(responses::Store::default())))
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(

@@ -164,7 +164,7 @@ pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Re
     }
 }
 
-fn body_error(rejection: &BytesRejection, limit: usize) -> Response {
+pub(crate) fn body_error(rejection: &BytesRejection, limit: usize) -> Response {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
         return ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -185,7 +185,7 @@ fn body_error(rejection: &BytesRejection, limit: usize) -> Response {
     .into_response()
 }
 
-fn run_ended_early() -> ApiError {
+pub(crate) fn run_ended_early() -> ApiError {
     ApiError::internal("the run ended unexpectedly; details are in the server log")
 }
 
@@ -214,6 +214,38 @@ async fn collect_response<S: EventSource>(mut handle: S, enc: ChunkEncoder) -> R
         }
     }
     run_ended_early().into_response()
+}
+
+/// The progress line shown for an event about server-side activity (tools, approvals).
+pub(crate) fn progress_line(ev: &RunEvent) -> Option<String> {
+    Some(match ev {
+        RunEvent::ToolStarted {
+            name, arguments, ..
+        } => format!(
+            "running {name} {}",
+            crate::tools::args::preview(arguments, 160)
+        ),
+        RunEvent::ToolFinished {
+            name,
+            status,
+            duration,
+            ..
+        } => format!("{name} {} in {} ms", status.label(), duration.as_millis()),
+        RunEvent::ApprovalPending(p) => format!(
+            "waiting for approval: {} {} ({}). Approve with POST /v1/approvals/{} \
+             {{\"decision\":\"approve\"}} (or \"deny\"), or in \
+             the console at /; denied automatically after {} s",
+            p.tool,
+            crate::tools::args::preview(&p.arguments, 160),
+            p.reason,
+            p.id,
+            p.expires_at.saturating_sub(p.created_at)
+        ),
+        RunEvent::ApprovalResolved { id, tool, outcome } => {
+            format!("approval {id} for {tool}: {outcome}")
+        }
+        _ => return None,
+    })
 }
 
 /// State of one outbound event stream.
@@ -267,39 +299,13 @@ impl<S: EventSource> Outbound<S> {
                 }
             }
             RunEvent::Reasoning(t) => self.enc.reasoning(out, &t),
-            RunEvent::ToolStarted {
-                name, arguments, ..
-            } => self.progress(
-                out,
-                &format!(
-                    "running {name} {}",
-                    crate::tools::args::preview(&arguments, 160)
-                ),
-            ),
-            RunEvent::ToolFinished {
-                name,
-                status,
-                duration,
-                ..
-            } => self.progress(
-                out,
-                &format!("{name} {} in {} ms", status.label(), duration.as_millis()),
-            ),
-            RunEvent::ApprovalPending(p) => {
-                let line = format!(
-                    "waiting for approval: {} {} ({}). Approve with POST /v1/approvals/{} \
-                     {{\"decision\":\"approve\"}} (or \"deny\"), or in \
-                     the console at /; denied automatically after {} s",
-                    p.tool,
-                    crate::tools::args::preview(&p.arguments, 160),
-                    p.reason,
-                    p.id,
-                    p.expires_at.saturating_sub(p.created_at)
-                );
-                self.progress(out, &line);
-            }
-            RunEvent::ApprovalResolved { id, tool, outcome } => {
-                self.progress(out, &format!("approval {id} for {tool}: {outcome}"))
+            ev @ (RunEvent::ToolStarted { .. }
+            | RunEvent::ToolFinished { .. }
+            | RunEvent::ApprovalPending(_)
+            | RunEvent::ApprovalResolved { .. }) => {
+                if let Some(line) = progress_line(&ev) {
+                    self.progress(out, &line);
+                }
             }
             RunEvent::ClientToolCalls(calls) => {
                 for (i, call) in calls.iter().enumerate() {
@@ -560,14 +566,15 @@ pub async fn undo(
 pub async fn not_found(method: Method, uri: Uri) -> Response {
     ApiError::not_found(format!(
         "unknown endpoint {method} {}: toolpilot serves POST /v1/chat/completions, \
-         GET /v1/models and GET /healthz",
+         POST /v1/responses, GET /v1/models and GET /healthz",
         uri.path()
     ))
     .into_response()
 }
 
 pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
-    let allowed = if uri.path().ends_with("chat/completions") {
+    let allowed = if uri.path().ends_with("chat/completions") || uri.path().ends_with("/responses")
+    {
         "POST"
     } else {
         "GET"

@@ -9,6 +9,7 @@ mod errors;
 mod policy;
 mod progress;
 mod python_sdk;
+mod responses;
 mod runs;
 mod terminal;
 mod textcalls;
