@@ -223,7 +223,8 @@ impl Approvals {
 }
 
 /// The allow rules that make calls like this one run without asking: the exact command of
-/// each part of a command line, the exact path(s) of a file tool, else the whole tool.
+/// each part of a command line, the exact path(s) of a file tool, the host of a URL, else the
+/// whole tool.
 pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
     if let Some(Target::Command { line, .. }) = targets.first() {
         return match crate::terminal::parse::parse(line) {
@@ -233,6 +234,16 @@ pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
                 .collect(),
             Err(_) => vec![format!("run_terminal_command({})", globset::escape(line))],
         };
+    }
+    let hosts: Vec<&str> = targets
+        .iter()
+        .filter_map(|t| match t {
+            Target::Url { host, .. } => Some(host.as_str()),
+            _ => None,
+        })
+        .collect();
+    if let Some(host) = hosts.first() {
+        return vec![format!("{tool}(domain:{host})")];
     }
     let paths: Vec<String> = targets
         .iter()

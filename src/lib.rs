@@ -20,11 +20,13 @@ pub mod error;
 pub mod mock;
 pub mod openai;
 pub mod policy;
+pub mod redact;
 pub mod runs;
 pub mod server;
 pub mod terminal;
 pub mod tools;
 pub mod upstream;
+pub mod web;
 pub mod workspace;
 
 /// Installs the process-wide TLS crypto provider (ring) that reqwest uses for https
