@@ -54,8 +54,9 @@ struct Progress {
 const DOWNLOADING: u8 = 1;
 
 impl Web {
-    /// Fetches `url` (already checked by the guard), following at most [`MAX_REDIRECTS`]
-    /// redirects, and converts the body to text.
+    /// Fetches `url`, following at most [`MAX_REDIRECTS`] redirects, and converts the body to
+    /// text. Every URL on the way is checked by the guard, every address by the resolver, and
+    /// the address connected to once more when the response arrives.
     pub async fn fetch(&self, url: &Url, hop_check: HopCheck<'_>) -> Result<Document, FetchError> {
         let progress = Progress::default();
         let total = self.config.timeout;
@@ -125,6 +126,11 @@ impl Web {
         let mut url = start.clone();
         let mut chain: Vec<Url> = vec![url.clone()];
         let mut hop = 0usize;
+        // The caller checked the first URL already; checking it again here keeps this
+        // function safe on its own (a literal address is never seen by the resolver).
+        self.guard
+            .check_url(&url)
+            .map_err(|r| FetchError(r.message))?;
         let response = loop {
             let host = url.host_str().unwrap_or_default().to_string();
             let response = self
@@ -459,8 +465,10 @@ pub fn human_bytes(n: usize) -> String {
         } else {
             format!("{v:.1} MiB")
         }
-    } else if n >= KIB {
+    } else if n >= 10 * KIB {
         format!("{} KiB", n / KIB)
+    } else if n >= KIB {
+        format!("{:.1} KiB", n as f64 / KIB as f64)
     } else {
         format!("{n} bytes")
     }
@@ -554,7 +562,8 @@ mod tests {
     #[test]
     fn sizes_and_durations_read_well() {
         assert_eq!(human_bytes(5 * 1024 * 1024), "5 MiB");
-        assert_eq!(human_bytes(1536), "1 KiB");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(100_000), "97 KiB");
         assert_eq!(human_duration(Duration::from_millis(300)), "300 ms");
         assert_eq!(human_duration(Duration::from_secs(30)), "30 s");
     }

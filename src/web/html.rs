@@ -63,6 +63,8 @@ pub fn to_markdown(html: &str, url: &Url) -> Markdown {
 fn extract(html: &str, url: &Url) -> Option<(Option<String>, String)> {
     let cfg = dom_smoothie::Config {
         text_mode: dom_smoothie::TextMode::Markdown,
+        // `language-rust` and friends tell the Markdown serializer a code block's language.
+        keep_classes: true,
         ..dom_smoothie::Config::default()
     };
     let mut r = dom_smoothie::Readability::new(html, Some(url.as_str()), Some(cfg)).ok()?;

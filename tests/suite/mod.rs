@@ -12,3 +12,4 @@ mod python_sdk;
 mod runs;
 mod terminal;
 mod tools;
+mod web;
