@@ -579,8 +579,8 @@ fn tools(common: CommonArgs) -> Result<(), String> {
         let (runs_in, note) = match registry.get(name) {
             Some(_) if registry.unavailable(name).is_some() => (
                 "client",
-                "not available here (no search provider in [web.search]): passed back to \
-                 clients that declare it"
+                "not available here (no search provider, or its API key is not set; see \
+                 [web.search]): passed back to clients that declare it"
                     .to_string(),
             ),
             Some(t) if t.read_only() => ("toolpilot", "read-only".to_string()),

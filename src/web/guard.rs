@@ -150,8 +150,15 @@ impl Guard {
         check_scheme(url)?;
         check_credentials(url)?;
         let host_text = url.host_str().unwrap_or_default().to_string();
+        let literal = match url.host() {
+            Some(Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
+            Some(Host::Ipv6(v6)) => Some(IpAddr::V6(v6)),
+            _ => None,
+        };
+        let opened =
+            self.host_allowed(&host_text) || literal.is_some_and(|ip| self.addr_allowed(ip));
         if let Some(port) = url.port() {
-            if BLOCKED_PORTS.contains(&port) && !self.host_allowed(&host_text) {
+            if BLOCKED_PORTS.contains(&port) && !opened {
                 return Err(Refused {
                     message: format!(
                         "refused: {url} uses port {port}, which belongs to a non-web service \
@@ -165,8 +172,8 @@ impl Guard {
             None => Err(Refused {
                 message: format!("refused: {url} has no host"),
             }),
-            Some(Host::Ipv4(v4)) => self.check_addr(&host_text, IpAddr::V4(v4)),
-            Some(Host::Ipv6(v6)) => self.check_addr(&host_text, IpAddr::V6(v6)),
+            Some(Host::Ipv4(v4)) => self.check_addr(&v4.to_string(), IpAddr::V4(v4)),
+            Some(Host::Ipv6(v6)) => self.check_addr(&v6.to_string(), IpAddr::V6(v6)),
             Some(Host::Domain(name)) => {
                 if self.host_allowed(name) {
                     return Ok(());
@@ -195,7 +202,8 @@ impl Guard {
             None => Ok(()),
             Some(why) => {
                 let shown = normalise_host(host);
-                let target = if shown.trim_matches(|c| c == '[' || c == ']') == ip.to_string() {
+                let shown = shown.trim_start_matches('[').trim_end_matches(']');
+                let target = if shown == ip.to_string() {
                     format!("the address {ip}")
                 } else {
                     format!("\"{shown}\", which resolves to {ip},")
@@ -205,7 +213,7 @@ impl Guard {
                         "refused: {target} is {why}. fetch_url_content only reaches public \
                          internet addresses, to protect this machine and its network from \
                          requests it did not mean to make (SSRF).{}",
-                        allow_hint(&shown)
+                        allow_hint(shown)
                     ),
                 })
             }
@@ -669,6 +677,29 @@ mod tests {
                 "refused: \"intranet.example\", which resolves to 10.0.0.5, is a private"
             ),
             "{m}"
+        );
+    }
+
+    #[test]
+    fn literal_addresses_are_named_as_addresses() {
+        let g = Guard::default();
+        let m = url_check(&g, "http://[::ffff:127.0.0.1]/").unwrap_err();
+        assert!(
+            m.starts_with(
+                "refused: the address ::ffff:127.0.0.1 is the IPv4-mapped form of 127.0.0.1, \
+                 which is a loopback address (this machine)"
+            ),
+            "{m}"
+        );
+        let m = url_check(&g, "http://[::1]:8080/").unwrap_err();
+        assert!(
+            m.starts_with("refused: the address ::1 is the loopback address"),
+            "{m}"
+        );
+        let g = Guard::new(&["10.0.0.0/8".into()]);
+        assert!(
+            url_check(&g, "http://10.1.1.1:22/").is_ok(),
+            "an opened address may use any port"
         );
     }
 
