@@ -3,21 +3,24 @@
 //! Two kinds of secrets: the *values* of the server's secret environment variables (the
 //! upstream API key, the bearer token, the search API key and every variable the terminal
 //! scrubs), and well-known secret *shapes* (private-key PEM blocks, AWS access key ids,
-//! GitHub, Slack, Stripe, Google and OpenAI-style keys, JWTs). Both are compiled once into
-//! two regexes. `tools::registry::dispatch` passes every tool result through
+//! GitHub, Slack, Stripe, Google and OpenAI-style keys, JWTs). The values are compiled into
+//! one regex per server, the shapes into one per process. `tools::registry::dispatch` passes every tool result through
 //! [`Redactor::redact`]; the web tools refuse arguments in which [`Redactor::find`] finds a
 //! secret. Pure, no I/O.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use regex::Regex;
 
 /// The shapes of well-known secrets, with what each is called in the replacement text.
 /// Patterns are ASCII-only and anchored on literal prefixes, so the scan is a fast literal
-/// search over most text.
+/// search over most text. Compiled once per process (`SHAPE_SET`).
 const SHAPES: &[(&str, &str)] = &[
     (
-        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,-]*)",
+        // A whole block; or, when the text was cut before its END line, the BEGIN line and
+        // the base64 (and `Proc-Type:`-style header) lines after it.
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|(?:\r?\n(?:\r?\n)?(?:[A-Za-z0-9+/=]{16,}|[A-Za-z-]+: [^\n]*))*)",
         "private key",
     ),
     (
@@ -49,6 +52,25 @@ const SHAPES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The shapes, compiled once per process: every shape in one alternation (`None` only if the
+/// constants failed to compile, which the tests rule out), and each shape on its own, to name
+/// a match of the alternation.
+struct Shapes {
+    all: Option<Regex>,
+    each: Vec<(Regex, &'static str)>,
+}
+
+static SHAPE_SET: LazyLock<Shapes> = LazyLock::new(|| {
+    let alt: Vec<String> = SHAPES.iter().map(|(p, _)| format!("(?:{p})")).collect();
+    Shapes {
+        all: Regex::new(&alt.join("|")).ok(),
+        each: SHAPES
+            .iter()
+            .filter_map(|(p, name)| Some((Regex::new(p).ok()?, *name)))
+            .collect(),
+    }
+});
+
 /// Compiled redaction rules for one server.
 #[derive(Debug, Clone)]
 pub struct Redactor {
@@ -56,11 +78,6 @@ pub struct Redactor {
     secrets: Vec<(String, String)>,
     /// Every secret value, escaped, in one alternation (longest first, so the longest wins).
     values: Option<Regex>,
-    /// Every shape in one alternation (`None` only if the constants failed to compile, which
-    /// the tests rule out).
-    shapes: Option<Regex>,
-    /// Each shape on its own, to name a match of `shapes`.
-    each: Vec<(Regex, &'static str)>,
 }
 
 impl Default for Redactor {
@@ -84,18 +101,7 @@ impl Redactor {
             let alt: Vec<String> = secrets.iter().map(|(_, v)| regex::escape(v)).collect();
             Regex::new(&alt.join("|")).ok()
         };
-        let alt: Vec<String> = SHAPES.iter().map(|(p, _)| format!("(?:{p})")).collect();
-        let shapes = Regex::new(&alt.join("|")).ok();
-        let each = SHAPES
-            .iter()
-            .filter_map(|(p, name)| Some((Regex::new(p).ok()?, *name)))
-            .collect();
-        Redactor {
-            secrets,
-            values,
-            shapes,
-            each,
-        }
+        Redactor { secrets, values }
     }
 
     /// How many secret values are known (for the log).
@@ -117,9 +123,10 @@ impl Redactor {
                 found.push((m.start(), m.end(), format!("[redacted: value of ${name}]")));
             }
         }
-        for m in self.shapes.iter().flat_map(|re| re.find_iter(text)) {
+        let shapes = &*SHAPE_SET;
+        for m in shapes.all.iter().flat_map(|re| re.find_iter(text)) {
             let s = m.as_str();
-            let name = self
+            let name = shapes
                 .each
                 .iter()
                 .find(|(re, _)| re.find(s).is_some_and(|x| x.start() == 0))
@@ -260,8 +267,13 @@ mod tests {
             "a\n[redacted: private key]\nb",
         );
         check(
-            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\nAAAA\n",
-            "[redacted: private key]",
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\nAAAAAAAAAAAAAAAAAAAA\n",
+            "[redacted: private key]\n",
+        );
+        // Cut before its END line: the base64 lines go, the prose after them stays.
+        check(
+            "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBn\n\nThen save the file, and restart",
+            "[redacted: private key]\n\nThen save the file, and restart",
         );
     }
 
@@ -300,8 +312,8 @@ mod tests {
 
     #[test]
     fn every_shape_compiles() {
-        assert!(r().shapes.is_some());
-        assert_eq!(r().each.len(), SHAPES.len());
+        assert!(SHAPE_SET.all.is_some());
+        assert_eq!(SHAPE_SET.each.len(), SHAPES.len());
     }
 
     #[test]
