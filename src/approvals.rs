@@ -258,3 +258,31 @@ pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
         _ => vec![format!("{tool}({{{}}})", paths.join(","))],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn always_allowing_a_fetch_saves_a_domain_rule_that_compiles() {
+        for (url, host) in [
+            ("https://docs.rs/serde", "docs.rs"),
+            ("http://127.0.0.1:8080/x", "127.0.0.1"),
+            ("http://[::1]:8080/x", "[::1]"),
+        ] {
+            let rules = rules_for(
+                "fetch_url_content",
+                &[Target::Url {
+                    url: url.into(),
+                    host: host.into(),
+                }],
+            );
+            assert_eq!(rules, [format!("fetch_url_content(domain:{host})")]);
+            let cfg = crate::config::PolicyConfig {
+                approved: rules,
+                ..Default::default()
+            };
+            assert!(crate::policy::Policy::new(&cfg).is_ok(), "{url}");
+        }
+    }
+}
