@@ -1,6 +1,7 @@
 //! Micro benchmarks of the per-request hot paths: SSE decoding and delta accumulation, the
 //! outbound chunk encoding, request rewriting (tool injection), policy decisions, path
-//! resolution and command-line assessment. Run with `cargo bench --bench hot_paths`.
+//! resolution and command-line assessment, secret redaction of tool output, and HTML to
+//! Markdown. Run with `cargo bench --bench hot_paths`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -274,5 +275,93 @@ fn context(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sse, encode, rewrite, policy, context);
+/// 256 KB of source-like tool output (what a large read_file or grep result looks like).
+fn tool_output() -> String {
+    let block = include_str!("../src/tools/registry.rs");
+    let mut s = String::with_capacity(260 * 1024);
+    while s.len() < 256 * 1024 {
+        s.push_str(block);
+    }
+    s.truncate(256 * 1024);
+    s
+}
+
+fn redaction(c: &mut Criterion) {
+    // What a server typically knows: the upstream key, a bearer token, a search key and two
+    // scrubbed variables.
+    let secrets: Vec<(String, String)> = [
+        (
+            "OPENAI_API_KEY",
+            "sk-proj-Zx9YwV8uT7sR6qP5oN4mL3kJ2iH1gF0eD",
+        ),
+        ("TOOLPILOT_BEARER_TOKEN", "bearer-0123456789abcdef0123"),
+        ("BRAVE_API_KEY", "BSAbcdefghijklmnopqrstuvwxyz012"),
+        ("DEPLOY_TOKEN", "deploy-token-9876543210"),
+        ("DB_PASSWORD", "correct-horse-battery-staple"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let r = toolpilot::redact::Redactor::new(&secrets);
+    let clean = tool_output();
+    let mut dirty = clean.clone();
+    for (i, (_, v)) in secrets.iter().enumerate() {
+        dirty.insert_str(i * 40_000, v);
+    }
+    dirty.insert_str(210_000, "AKIAIOSFODNN7EXAMPLE ");
+    let mut g = c.benchmark_group("redact");
+    g.throughput(Throughput::Bytes(clean.len() as u64));
+    g.bench_function("256kb_tool_output_clean", |b| {
+        b.iter(|| black_box(r.redact(black_box(&clean)).len()))
+    });
+    g.bench_function("256kb_tool_output_6_secrets", |b| {
+        b.iter(|| black_box(r.redact(black_box(&dirty)).len()))
+    });
+    g.finish();
+}
+
+/// A 1 MB documentation page: header, navigation, a long article with code and tables,
+/// footer, scripts.
+fn big_page() -> String {
+    let section = r#"<h2>Section</h2><p>The scheduler reads <code>tidewater.toml</code> at start-up and
+        from the environment, so a variable always wins. See <a href="../workers/#queues">how
+        queues pick workers</a> and <a href="https://other.example/x">elsewhere</a>.</p>
+        <pre><code class="language-toml">[scheduler]
+interval = "5m"
+jitter = "30s"
+</code></pre>
+        <table><tr><th>Option</th><th>Default</th></tr><tr><td><code>interval</code></td>
+        <td>5m</td></tr><tr><td><code>jitter</code></td><td>30s</td></tr></table>
+        <ul><li>first point of the list</li><li>second point, with <em>emphasis</em></li></ul>"#;
+    let mut s = String::from(
+        r#"<!DOCTYPE html><html><head><title>Big page</title><style>body{margin:0}</style>
+        <script>var x = 1;</script></head><body><header><nav><a href="/">Home</a>
+        <a href="/docs/">Docs</a></nav></header><aside class="sidebar"><ul>"#,
+    );
+    for i in 0..200 {
+        s.push_str(&format!(r#"<li><a href="/docs/p{i}/">Page {i}</a></li>"#));
+    }
+    s.push_str("</ul></aside><main><article><h1>Big page</h1>");
+    while s.len() < 1024 * 1024 - 1000 {
+        s.push_str(section);
+    }
+    s.push_str("</article></main><footer>Copyright</footer></body></html>");
+    s
+}
+
+fn html(c: &mut Criterion) {
+    let page = big_page();
+    let url = url::Url::parse("https://docs.example/guide/scheduler/").unwrap();
+    let mut g = c.benchmark_group("web");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes(page.len() as u64));
+    g.bench_function("html_to_markdown_1mb_page", |b| {
+        b.iter(|| black_box(toolpilot::web::html::to_markdown(black_box(&page), &url)))
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches, sse, encode, rewrite, policy, context, redaction, html
+);
 criterion_main!(benches);

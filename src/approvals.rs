@@ -223,7 +223,8 @@ impl Approvals {
 }
 
 /// The allow rules that make calls like this one run without asking: the exact command of
-/// each part of a command line, the exact path(s) of a file tool, else the whole tool.
+/// each part of a command line, the exact path(s) of a file tool, the host of a URL, else the
+/// whole tool.
 pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
     if let Some(Target::Command { line, .. }) = targets.first() {
         return match crate::terminal::parse::parse(line) {
@@ -233,6 +234,16 @@ pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
                 .collect(),
             Err(_) => vec![format!("run_terminal_command({})", globset::escape(line))],
         };
+    }
+    let hosts: Vec<&str> = targets
+        .iter()
+        .filter_map(|t| match t {
+            Target::Url { host, .. } => Some(host.as_str()),
+            _ => None,
+        })
+        .collect();
+    if let Some(host) = hosts.first() {
+        return vec![format!("{tool}(domain:{host})")];
     }
     let paths: Vec<String> = targets
         .iter()
@@ -245,5 +256,33 @@ pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
         0 => vec![tool.to_string()],
         1 => vec![format!("{tool}({})", paths[0])],
         _ => vec![format!("{tool}({{{}}})", paths.join(","))],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn always_allowing_a_fetch_saves_a_domain_rule_that_compiles() {
+        for (url, host) in [
+            ("https://docs.rs/serde", "docs.rs"),
+            ("http://127.0.0.1:8080/x", "127.0.0.1"),
+            ("http://[::1]:8080/x", "[::1]"),
+        ] {
+            let rules = rules_for(
+                "fetch_url_content",
+                &[Target::Url {
+                    url: url.into(),
+                    host: host.into(),
+                }],
+            );
+            assert_eq!(rules, [format!("fetch_url_content(domain:{host})")]);
+            let cfg = crate::config::PolicyConfig {
+                approved: rules,
+                ..Default::default()
+            };
+            assert!(crate::policy::Policy::new(&cfg).is_ok(), "{url}");
+        }
     }
 }

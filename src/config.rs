@@ -57,6 +57,12 @@ pub struct Config {
     pub approvals: ApprovalsConfig,
     /// Gitignore-style patterns of files tools refuse to read (Continue's list by default).
     pub sensitive_files: Vec<String>,
+    /// `fetch_url_content` and `search_web`.
+    pub web: WebConfig,
+    /// The server's secrets, `(variable, value)`: values of the variables named as secrets
+    /// (upstream key, bearer token, search key) and of every variable matching
+    /// `terminal.scrub_env`. Tool output never shows them, and no URL or query may carry them.
+    pub secrets: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -254,6 +260,70 @@ pub struct TerminalConfig {
     pub checkpoint: bool,
 }
 
+/// `[web]`: how `fetch_url_content` reaches the web, and `[web.search]`.
+#[derive(Debug, Clone)]
+pub struct WebConfig {
+    /// Hosts (`intranet.example.com`, `*.corp.example`) and address ranges (`127.0.0.1`,
+    /// `10.0.0.0/8`, `fd00::/8`) the address guard lets through although they are private.
+    pub allow: Vec<String>,
+    pub connect_timeout: Duration,
+    /// The whole fetch: every redirect, the download and nothing more.
+    pub timeout: Duration,
+    /// Largest body read, counted after decompression while it streams in.
+    pub max_download_bytes: usize,
+    /// Characters of a page shown per call; `offset` reads on.
+    pub page_chars: usize,
+    /// `None`: no search provider, `search_web` is not offered.
+    pub search: Option<SearchConfig>,
+}
+
+/// A web search provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchProvider {
+    /// A SearXNG instance (JSON API, `GET {url}/search?q=…&format=json`).
+    Searxng,
+    /// Brave Search API (`X-Subscription-Token`).
+    Brave,
+    /// Tavily (`Authorization: Bearer`).
+    Tavily,
+}
+
+impl SearchProvider {
+    pub fn label(self) -> &'static str {
+        match self {
+            SearchProvider::Searxng => "SearXNG",
+            SearchProvider::Brave => "Brave Search",
+            SearchProvider::Tavily => "Tavily",
+        }
+    }
+}
+
+/// `[web.search]`.
+#[derive(Debug, Clone)]
+pub struct SearchConfig {
+    pub provider: SearchProvider,
+    /// SearXNG: the instance's base URL. Brave, Tavily: the API endpoint.
+    pub url: url::Url,
+    /// The variable holding the API key (hosted providers), and its value if set.
+    pub api_key_env: Option<String>,
+    pub api_key: Option<String>,
+    pub max_results: usize,
+    pub timeout: Duration,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            allow: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            timeout: Duration::from_secs(30),
+            max_download_bytes: 5 * 1024 * 1024,
+            page_chars: 20_000,
+            search: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct PolicyConfig {
     /// Per-tool base policy overrides.
@@ -309,6 +379,28 @@ struct ConfigFile {
     terminal: Option<TerminalFile>,
     approvals: Option<ApprovalsFile>,
     sensitive_files: Option<Vec<String>>,
+    web: Option<WebFile>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct WebFile {
+    allow: Option<Vec<String>>,
+    connect_timeout_secs: Option<f64>,
+    timeout_secs: Option<f64>,
+    max_download_bytes: Option<usize>,
+    page_chars: Option<usize>,
+    search: Option<SearchFile>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct SearchFile {
+    provider: Option<String>,
+    url: Option<String>,
+    api_key_env: Option<String>,
+    max_results: Option<usize>,
+    timeout_secs: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -476,7 +568,33 @@ impl Config {
                 .map(|(_, v)| v.clone())
                 .filter(|v| !v.is_empty())
         };
-        Config::resolve(file, args, &lookup)
+        let mut config = Config::resolve(file, args, &lookup)?;
+        config.secrets = collect_secrets(&config, env);
+        Ok(config)
+    }
+
+    /// The environment variables that hold the server's own secrets: the upstream API key,
+    /// the bearer token and the search API key (commands never get them; tool output never
+    /// shows their values).
+    pub fn secret_var_names(&self) -> Vec<String> {
+        let mut names = vec![
+            "OPENAI_API_KEY".to_string(),
+            "TOOLPILOT_UPSTREAM_API_KEY".to_string(),
+            self.server.bearer_token_env.clone(),
+        ];
+        for src in self
+            .upstreams
+            .iter()
+            .filter_map(|u| u.api_key_source.clone())
+        {
+            names.push(src);
+        }
+        if let Some(env) = self.web.search.as_ref().and_then(|s| s.api_key_env.clone()) {
+            names.push(env);
+        }
+        names.sort();
+        names.dedup();
+        names
     }
 
     fn resolve(
@@ -801,6 +919,7 @@ impl Config {
             )?,
             pause_expiry: secs("approvals.pause_expiry_secs", ap.pause_expiry_secs, 3600.0)?,
         };
+        let web = resolve_web(file.web.unwrap_or_default(), env)?;
         Ok(Config {
             workspace,
             state_dir,
@@ -813,6 +932,8 @@ impl Config {
             terminal,
             approvals,
             sensitive_files,
+            web,
+            secrets: Vec::new(),
         })
     }
 }
@@ -956,6 +1077,144 @@ fn base_url(key: &str, text: &str) -> Result<url::Url, ConfigError> {
         base.set_path(&p);
     }
     Ok(base)
+}
+
+/// Values shorter than this are not treated as secrets: redacting `1` or `true` everywhere
+/// would destroy output and protect nothing.
+const MIN_SECRET_LEN: usize = 8;
+
+/// The `(variable, value)` pairs of `env` that are secrets: the named secret variables and
+/// every variable matching `terminal.scrub_env`. Longest values first, so a secret that
+/// contains another is replaced whole.
+fn collect_secrets(config: &Config, env: &[(String, String)]) -> Vec<(String, String)> {
+    let named = config.secret_var_names();
+    let mut out: Vec<(String, String)> = env
+        .iter()
+        .filter(|(k, v)| {
+            v.trim().len() >= MIN_SECRET_LEN
+                && (named.contains(k)
+                    || config
+                        .terminal
+                        .scrub_env
+                        .iter()
+                        .any(|p| crate::terminal::glob_match(p, k)))
+        })
+        .map(|(k, v)| (k.clone(), v.trim().to_string()))
+        .collect();
+    out.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+    out.dedup_by(|a, b| a.1 == b.1);
+    out
+}
+
+/// `[web]` and `[web.search]`.
+fn resolve_web(w: WebFile, env: &dyn Fn(&str) -> Option<String>) -> Result<WebConfig, ConfigError> {
+    let d = WebConfig::default();
+    let allow = w.allow.unwrap_or_default();
+    for (i, entry) in allow.iter().enumerate() {
+        crate::web::guard::AllowEntry::parse(entry)
+            .map_err(|e| err(format!("web.allow[{i}] {entry:?}: {e}")))?;
+    }
+    let search = match w.search {
+        None => None,
+        Some(sf) => resolve_search(sf, env)?,
+    };
+    Ok(WebConfig {
+        allow,
+        connect_timeout: secs("web.connect_timeout_secs", w.connect_timeout_secs, 10.0)?,
+        timeout: secs("web.timeout_secs", w.timeout_secs, 30.0)?,
+        max_download_bytes: positive(
+            "web.max_download_bytes",
+            w.max_download_bytes,
+            d.max_download_bytes,
+        )?,
+        page_chars: match w.page_chars {
+            Some(n) if n < 1000 => {
+                return Err(err(format!(
+                    "web.page_chars must be at least 1000 characters, got {n}"
+                )));
+            }
+            Some(n) => n,
+            None => d.page_chars,
+        },
+        search,
+    })
+}
+
+fn resolve_search(
+    sf: SearchFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<SearchConfig>, ConfigError> {
+    let timeout = secs("web.search.timeout_secs", sf.timeout_secs, 15.0)?;
+    let max_results = match sf.max_results {
+        Some(0) => return Err(err("web.search.max_results must be between 1 and 20")),
+        Some(n) if n > 20 => {
+            return Err(err(format!(
+                "web.search.max_results must be between 1 and 20, got {n}"
+            )));
+        }
+        Some(n) => n,
+        None => 5,
+    };
+    let provider = match sf.provider.as_deref().map(str::trim) {
+        None | Some("") | Some("none") => {
+            if sf.url.is_some() || sf.api_key_env.is_some() {
+                return Err(err(
+                    "web.search.provider: set it to \"searxng\", \"brave\" or \"tavily\" \
+                     (url and api_key_env are set, but no provider)",
+                ));
+            }
+            return Ok(None);
+        }
+        Some("searxng") => SearchProvider::Searxng,
+        Some("brave") => SearchProvider::Brave,
+        Some("tavily") => SearchProvider::Tavily,
+        Some(other) => {
+            return Err(err(format!(
+                "web.search.provider: {other:?} is not one of \"searxng\", \"brave\", \"tavily\" \
+                 (or \"none\")"
+            )));
+        }
+    };
+    let default_url = match provider {
+        SearchProvider::Searxng => None,
+        SearchProvider::Brave => Some("https://api.search.brave.com/res/v1/web/search"),
+        SearchProvider::Tavily => Some("https://api.tavily.com/search"),
+    };
+    let url_text = match (sf.url, default_url) {
+        (Some(u), _) => u,
+        (None, Some(d)) => d.to_string(),
+        (None, None) => {
+            return Err(err(
+                "web.search.url: the searxng provider needs the base URL of your SearXNG \
+                 instance, e.g. url = \"http://127.0.0.1:8888\"",
+            ));
+        }
+    };
+    let url = url::Url::parse(url_text.trim()).map_err(|e| {
+        err(format!(
+            "web.search.url: {url_text:?} is not a URL ({e}); use for example \
+             http://127.0.0.1:8888"
+        ))
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(err(format!(
+            "web.search.url: {url_text:?} must be an http:// or https:// URL"
+        )));
+    }
+    let api_key_env = match provider {
+        SearchProvider::Searxng => sf.api_key_env,
+        SearchProvider::Brave => Some(sf.api_key_env.unwrap_or_else(|| "BRAVE_API_KEY".into())),
+        SearchProvider::Tavily => Some(sf.api_key_env.unwrap_or_else(|| "TAVILY_API_KEY".into())),
+    };
+    let api_key = api_key_env.as_deref().and_then(env);
+    Ok(Some(SearchConfig {
+        provider,
+        url,
+        api_key_env,
+        api_key,
+        max_results,
+        timeout,
+    }))
 }
 
 fn positive(key: &str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
@@ -1144,6 +1403,10 @@ mod tests {
             "deny",
             "ask",
             "allow",
+            "max_download_bytes",
+            "page_chars",
+            "provider",
+            "max_results",
         ];
         for key in keys {
             assert!(
@@ -1163,9 +1426,93 @@ mod tests {
             "[policy]",
             "[policy.tools]",
             "[approvals]",
+            "[web]",
+            "[web.search]",
         ] {
             assert!(example.contains(section), "{section}");
         }
+    }
+
+    #[test]
+    fn web_keys_are_validated_and_named() {
+        let bad = |toml: &str| load(toml, &[], CommonArgs::default()).unwrap_err();
+        let e = bad("[web]\nallow = [\"127.0.0.1\", \"10.0.0.0/33\"]\n");
+        assert!(
+            e.contains("web.allow[1] \"10.0.0.0/33\": not a valid address range"),
+            "{e}"
+        );
+        let e = bad("[web]\nallow = [\"http://x/\"]\n");
+        assert!(e.contains("web.allow[0]"), "{e}");
+        let e = bad("[web]\ntimeout_secs = 0\n");
+        assert!(e.contains("web.timeout_secs must be a positive"), "{e}");
+        let e = bad("[web]\npage_chars = 10\n");
+        assert!(e.contains("web.page_chars must be at least 1000"), "{e}");
+        let e = bad("[web.search]\nprovider = \"google\"\n");
+        assert!(
+            e.contains("web.search.provider: \"google\" is not one of"),
+            "{e}"
+        );
+        let e = bad("[web.search]\nprovider = \"searxng\"\n");
+        assert!(
+            e.contains("web.search.url: the searxng provider needs"),
+            "{e}"
+        );
+        let e = bad("[web.search]\nprovider = \"brave\"\nurl = \"ftp://x\"\n");
+        assert!(
+            e.contains("web.search.url: \"ftp://x\" must be an http"),
+            "{e}"
+        );
+        let e = bad("[web.search]\nprovider = \"brave\"\nmax_results = 50\n");
+        assert!(
+            e.contains("web.search.max_results must be between 1 and 20"),
+            "{e}"
+        );
+        let e = bad("[web.search]\nurl = \"http://127.0.0.1:8888\"\n");
+        assert!(e.contains("web.search.provider: set it"), "{e}");
+        let e = bad("[web]\nallowed = []\n");
+        assert!(e.contains("web.allowed: unknown field"), "{e}");
+
+        let c = load(
+            "[web.search]\nprovider = \"brave\"\n",
+            &[("BRAVE_API_KEY", "brave-key-123456")],
+            CommonArgs::default(),
+        )
+        .unwrap();
+        let s = c.web.search.clone().unwrap();
+        assert_eq!(s.provider, SearchProvider::Brave);
+        assert_eq!(
+            s.url.as_str(),
+            "https://api.search.brave.com/res/v1/web/search"
+        );
+        assert_eq!(s.api_key.as_deref(), Some("brave-key-123456"));
+        assert!(c.secret_var_names().contains(&"BRAVE_API_KEY".to_string()));
+    }
+
+    #[test]
+    fn secrets_are_the_named_and_the_scrubbed_variables() {
+        let c = load(
+            "[web.search]\nprovider = \"tavily\"\napi_key_env = \"SEARCH_KEY\"\n",
+            &[
+                ("SEARCH_KEY", "tvly-0123456789abcdef"),
+                ("MY_SERVICE_TOKEN", "service-token-value"),
+                ("DB_PASSWORD", "hunter2hunter2"),
+                ("SHORT_TOKEN", "abc"),
+                ("PATH", "/usr/bin:/bin:/usr/local/bin"),
+                ("TOOLPILOT_UPSTREAM_API_KEY", "sk-upstream-0123456789"),
+            ],
+            CommonArgs::default(),
+        )
+        .unwrap();
+        let names: Vec<&str> = c.secrets.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "TOOLPILOT_UPSTREAM_API_KEY",
+                "SEARCH_KEY",
+                "MY_SERVICE_TOKEN",
+                "DB_PASSWORD"
+            ]
+        );
     }
 
     #[test]

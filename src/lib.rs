@@ -8,8 +8,9 @@
 //! demo model), executes the model's built-in tool calls through [`tools::Registry`] after
 //! [`policy::Policy`] has decided on them, and emits [`agent::RunEvent`]s that the caller turns
 //! into SSE, a JSON response or terminal output. Paths only reach tools as
-//! [`workspace::WorkspacePath`]s. [`mock`] is the scripted upstream used by tests, demos and
-//! benchmarks. See `ARCHITECTURE.md` for the invariants.
+//! [`workspace::WorkspacePath`]s. Tools reach the network only through [`web`], which vets
+//! every address, and every tool result passes [`redact`]. [`mock`] is the scripted upstream
+//! used by tests, demos and benchmarks. See `ARCHITECTURE.md` for the invariants.
 
 pub mod agent;
 pub mod approvals;
@@ -20,11 +21,13 @@ pub mod error;
 pub mod mock;
 pub mod openai;
 pub mod policy;
+pub mod redact;
 pub mod runs;
 pub mod server;
 pub mod terminal;
 pub mod tools;
 pub mod upstream;
+pub mod web;
 pub mod workspace;
 
 /// Installs the process-wide TLS crypto provider (ring) that reqwest uses for https

@@ -568,7 +568,11 @@ fn undo(common: CommonArgs, run_id: &str, force: bool) -> Result<(), String> {
 fn tools(common: CommonArgs) -> Result<(), String> {
     let config = load(&common)?;
     let policy = toolpilot::policy::Policy::new(&config.policy)?;
-    let registry = toolpilot::tools::Registry::new(policy.clone(), config.policy.clone());
+    let mut registry = toolpilot::tools::Registry::new(policy.clone(), config.policy.clone());
+    let web = toolpilot::web::Web::new(&config.web)?;
+    if let Some(why) = web.search_unavailable() {
+        registry.set_unavailable("search_web", why.to_string());
+    }
     println!(
         "{:<28} {:<26} {:<8} {:<10} notes",
         "tool", "policy", "source", "runs in"
@@ -576,6 +580,12 @@ fn tools(common: CommonArgs) -> Result<(), String> {
     for (name, _) in toolpilot::policy::REFERENCE_TOOLS {
         let level = policy.level(name);
         let (runs_in, note) = match registry.get(name) {
+            Some(_) if registry.unavailable(name).is_some() => (
+                "client",
+                "not available here (no search provider, or its API key is not set; see \
+                 [web.search]): passed back to clients that declare it"
+                    .to_string(),
+            ),
             Some(t) if t.read_only() => ("toolpilot", "read-only".to_string()),
             Some(_) => ("toolpilot", String::new()),
             None => (

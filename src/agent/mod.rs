@@ -211,6 +211,10 @@ pub struct Engine {
     /// What is offered to the model when the client sends no `tools`.
     default_offer: Offer,
     tools_config: Arc<crate::config::ToolsConfig>,
+    /// Pages and search for the web tools.
+    pub web: Arc<crate::web::Web>,
+    /// Redacts secrets from every tool result.
+    pub redactor: Arc<crate::redact::Redactor>,
 }
 
 impl Engine {
@@ -233,27 +237,21 @@ impl Engine {
                 approvals.rules_file().display()
             )
         })?;
-        let mut secrets = vec![
-            "OPENAI_API_KEY".to_string(),
-            "TOOLPILOT_UPSTREAM_API_KEY".to_string(),
-            config.server.bearer_token_env.clone(),
-        ];
-        for src in config
-            .upstreams
-            .iter()
-            .filter_map(|u| u.api_key_source.clone())
-        {
-            if !secrets.contains(&src) {
-                secrets.push(src);
-            }
-        }
         let terminal = Arc::new(Terminal::new(
             config.terminal.clone(),
-            secrets,
+            config.secret_var_names(),
             checkpoints.dir().to_path_buf(),
         ));
         let shadow = Shadow::new(checkpoints.dir(), workspace.root());
-        let registry = Registry::new(policy, policy_config);
+        let web = Arc::new(crate::web::Web::new(&config.web)?);
+        let redactor = Arc::new(crate::redact::Redactor::new(&config.secrets));
+        let mut registry = Registry::new(policy, policy_config);
+        if let Some(why) = web.search_unavailable() {
+            if config.web.search.is_some() {
+                tracing::warn!("{why}");
+            }
+            registry.set_unavailable("search_web", why.to_string());
+        }
         let default_offer = Offer::default(&registry, &config);
         let pauses = PauseStore::new(checkpoints.dir(), config.approvals.pause_expiry);
         pauses.sweep();
@@ -271,6 +269,8 @@ impl Engine {
             shadow,
             checkpoints,
             tools_config: Arc::new(config.tools.clone()),
+            web,
+            redactor,
             registry,
             workspace: Arc::new(workspace),
             upstreams,
@@ -351,6 +351,11 @@ impl Engine {
             terminal: Arc::clone(&self.terminal),
             shadow: self.shadow.clone(),
             run_id: run_id.to_string(),
+            web: Arc::clone(&self.web),
+            redactor: Arc::clone(&self.redactor),
+            hops: self
+                .registry
+                .hop_gate(Arc::clone(&self.workspace), self.config.agent.approve_asks),
         }
     }
 
@@ -448,7 +453,10 @@ impl Offer {
             // The IDE knows its open file; without one in the request, let it answer.
             let client_knows_better =
                 name == "read_currently_open_file" && req.current_file.is_none();
-            if reg.get(name).is_some() && !client_knows_better {
+            // A built-in that cannot run here (search_web without a provider) stays the
+            // client's, which may well run it.
+            let unavailable_here = reg.unavailable(name).is_some();
+            if reg.get(name).is_some() && !client_knows_better && !unavailable_here {
                 if reg.is_enabled(name) {
                     server.insert(name.to_string());
                     specs.push(spec);
@@ -1184,7 +1192,10 @@ impl Run<'_> {
             let mut batch = Vec::new();
             for (k, call) in calls.iter().enumerate().take(j).skip(i) {
                 if !offer.server.contains(&call.name) {
-                    results[k] = Some(unknown_tool_message(&call.name, offer));
+                    results[k] = Some(match reg.unavailable(&call.name) {
+                        Some(why) => why.to_string(),
+                        None => unknown_tool_message(&call.name, offer),
+                    });
                     continue;
                 }
                 let key = (call.name.clone(), canonical_args(&call.arguments));

@@ -134,11 +134,14 @@ struct Rule {
 
 #[derive(Debug, Clone)]
 enum Spec {
-    /// A glob over the path (or pattern) the call targets.
+    /// A glob over the path (or pattern, command line, URL) the call targets.
     Glob {
         matcher: GlobMatcher,
         basename: bool,
     },
+    /// `domain:docs.rs`: the host `docs.rs` and its subdomains; `domain:*.docs.rs`: only the
+    /// subdomains (`fetch_url_content`).
+    Domain { name: String, subdomains_only: bool },
 }
 
 /// Paths inside the workspace that are not written without approval: version-control
@@ -490,17 +493,28 @@ impl Policy {
 
 impl Rule {
     fn spec_matches(&self, target: &Target) -> bool {
-        let Some(Spec::Glob { matcher, basename }) = &self.spec else {
-            return true;
+        let (matcher, basename) = match &self.spec {
+            None => return true,
+            Some(Spec::Domain {
+                name,
+                subdomains_only,
+            }) => {
+                let Target::Url { host, .. } = target else {
+                    return false;
+                };
+                return domain_matches(host, name, *subdomains_only);
+            }
+            Some(Spec::Glob { matcher, basename }) => (matcher, *basename),
         };
         match target {
             Target::Path { path, .. } => {
                 let rel = path.rel();
                 matcher.is_match(rel)
-                    || (*basename && rel.file_name().is_some_and(|n| matcher.is_match(n)))
+                    || (basename && rel.file_name().is_some_and(|n| matcher.is_match(n)))
             }
             Target::Pattern(p) => matcher.is_match(p),
             Target::Command { line, .. } => matcher.is_match(line),
+            Target::Url { url, .. } => matcher.is_match(url),
         }
     }
 
@@ -513,6 +527,45 @@ impl Rule {
             && (self.spec.is_none()
                 || (!targets.is_empty() && targets.iter().all(|t| self.spec_matches(t))))
     }
+}
+
+/// Whether `host` is `name` or a subdomain of it (only a subdomain when `subdomains_only`).
+fn domain_matches(host: &str, name: &str, subdomains_only: bool) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let sub = host
+        .strip_suffix(name)
+        .is_some_and(|rest| rest.ends_with('.'));
+    sub || (!subdomains_only && host == name)
+}
+
+/// The `domain:` specifier of a `fetch_url_content` rule.
+fn parse_domain(tool: &str, spec: &str) -> Result<Spec, String> {
+    if tool != "fetch_url_content" {
+        return Err(format!(
+            "`domain:` specifiers apply to fetch_url_content only, not to {tool}"
+        ));
+    }
+    let text = spec.trim().to_ascii_lowercase();
+    let (subdomains_only, name) = match text.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, text.as_str()),
+    };
+    let name = name.trim_end_matches('.');
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':' | '[' | ']'))
+        && !name.contains("..");
+    if !valid {
+        return Err(format!(
+            "{spec:?} is not a domain; write domain:docs.rs (the host and its subdomains) or \
+             domain:*.docs.rs (only subdomains)"
+        ));
+    }
+    Ok(Spec::Domain {
+        name: name.to_string(),
+        subdomains_only,
+    })
 }
 
 /// `tool` or `tool(specifier)`.
@@ -538,6 +591,7 @@ fn parse_rule(text: &str) -> Result<(String, Option<Spec>), String> {
     let spec = match spec {
         None => None,
         Some("") => return Err("the specifier inside `()` is empty".into()),
+        Some(s) if s.starts_with("domain:") => Some(parse_domain(tool, &s["domain:".len()..])?),
         Some(s) => {
             let glob = GlobBuilder::new(s)
                 .literal_separator(true)
@@ -757,6 +811,53 @@ mod tests {
         assert!(write("create_new_file", "src/new.rs", Access::Write).starts_with("allow:"));
         // Reading a protected path is not affected.
         assert!(write("read_file", ".vscode/launch.json", Access::Read).starts_with("allow:"));
+    }
+
+    #[test]
+    fn domain_rules_match_hosts_and_subdomains() {
+        let (_t, ws) = ws();
+        let p = policy(
+            &[],
+            &[
+                "fetch_url_content(domain:docs.rs)",
+                "fetch_url_content(https://example.org/pub/**)",
+            ],
+            &["fetch_url_content(domain:*.corp.example)"],
+            &["fetch_url_content(domain:evil.example)"],
+        );
+        let decide = |url: &str| {
+            let u = url::Url::parse(url).unwrap();
+            let d = p.decide(
+                "fetch_url_content",
+                &[Target::Url {
+                    url: u.as_str().to_string(),
+                    host: u.host_str().unwrap().to_string(),
+                }],
+                &ws,
+            );
+            format!("{}: {}", d.label(), d.reason())
+        };
+        assert!(decide("https://docs.rs/serde").starts_with("allow: allowed by policy.allow[0]"));
+        assert!(decide("https://www.docs.rs/x").starts_with("allow: allowed by policy.allow[0]"));
+        assert!(decide("https://notdocs.rs/x").starts_with("ask: default policy"));
+        assert!(decide("https://docs.rs.evil.example/").starts_with("deny:"));
+        assert!(decide("https://wiki.corp.example/").starts_with("ask: policy.ask[0]"));
+        assert!(decide("https://corp.example/").starts_with("ask: default policy"));
+        assert!(
+            decide("https://example.org/pub/a/b").starts_with("allow: allowed by policy.allow[1]")
+        );
+        assert!(decide("https://example.org/private").starts_with("ask: default policy"));
+        assert!(decide("https://EVIL.example./").starts_with("deny: denied by policy.deny[0]"));
+        let bad = |r: &str| {
+            Policy::new(&PolicyConfig {
+                allow: vec![r.to_string()],
+                ..PolicyConfig::default()
+            })
+            .unwrap_err()
+        };
+        assert!(bad("read_file(domain:docs.rs)").contains("apply to fetch_url_content only"));
+        assert!(bad("fetch_url_content(domain:a b)").contains("is not a domain"));
+        assert!(bad("fetch_url_content(domain:)").contains("is not a domain"));
     }
 
     #[test]

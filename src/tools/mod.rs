@@ -15,6 +15,7 @@ pub mod read;
 pub mod registry;
 pub mod subdir;
 pub mod terminal;
+pub mod web;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,6 +38,8 @@ pub enum Target {
     Pattern(String),
     /// A command line for `run_terminal_command`, and whether it would run sandboxed.
     Command { line: String, sandboxed: bool },
+    /// A web address (`fetch_url_content`): the whole URL and its host, lower-case.
+    Url { url: String, host: String },
 }
 
 /// What a tool does with a path.
@@ -106,6 +109,13 @@ pub struct ToolEnv {
     pub shadow: crate::checkpoint::tree::Shadow,
     /// The run's id (background jobs carry it).
     pub run_id: String,
+    /// Pages and search: the only way a tool reaches the network.
+    pub web: Arc<crate::web::Web>,
+    /// The server's secrets and well-known secret shapes: every result passes it, and the
+    /// web tools refuse arguments that carry a secret.
+    pub redactor: Arc<crate::redact::Redactor>,
+    /// The policy, for redirect hops of a running `fetch_url_content`.
+    pub hops: registry::HopGate,
 }
 
 impl ToolEnv {
@@ -230,6 +240,8 @@ pub fn builtin_tools() -> Vec<Box<dyn Tool>> {
         Box::new(terminal::RunTerminalCommand),
         Box::new(terminal::CheckBackgroundJob),
         Box::new(terminal::StopBackgroundJob),
+        Box::new(web::FetchUrlContent),
+        Box::new(web::SearchWeb),
     ]
 }
 

@@ -107,9 +107,55 @@ pub struct Outcome {
 pub struct Registry {
     tools: Vec<Box<dyn Tool>>,
     index: HashMap<&'static str, usize>,
-    policy: RwLock<Arc<Policy>>,
+    /// Shared with the [`HopGate`]s of running calls, so new rules apply to them at once.
+    policy: Arc<RwLock<Arc<Policy>>>,
     /// What `policy` was compiled from, to add rules at run time.
     policy_config: Mutex<PolicyConfig>,
+    /// Tools that exist but cannot run with this configuration, and why (`search_web` without
+    /// a provider). They are not offered; a call gets the reason.
+    unavailable: HashMap<&'static str, String>,
+}
+
+/// The policy's verdict on a redirect hop of a call that is already running
+/// (`fetch_url_content`): the same decision `dispatch` makes, asked again for the new target.
+/// Lives here so that the registry stays the only caller of `Policy::decide`.
+#[derive(Clone)]
+pub struct HopGate {
+    policy: Arc<RwLock<Arc<Policy>>>,
+    workspace: Arc<crate::workspace::Workspace>,
+    /// `--yes`: an `ask` is approved.
+    approve_asks: bool,
+}
+
+impl HopGate {
+    /// Whether `tool` may go on to `target` (reached by a redirect from `from_host`). `deny`
+    /// stops it; `ask` stops it unless asks are approved (`--yes`) or the hop stays on the
+    /// host that was approved; the error says what to do instead.
+    pub fn check(&self, tool: &str, from_host: &str, target: &Target) -> Result<(), String> {
+        let policy = match self.policy.read() {
+            Ok(p) => Arc::clone(&p),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        };
+        let decision = policy.decide(tool, std::slice::from_ref(target), &self.workspace);
+        tracing::info!(
+            tool,
+            decision = decision.label(),
+            reason = decision.reason(),
+            "policy decision on a redirect"
+        );
+        let same_host = matches!(target, Target::Url { host, .. } if host == from_host);
+        match decision {
+            Decision::Allow { .. } => Ok(()),
+            Decision::Ask { .. } if self.approve_asks || same_host => Ok(()),
+            Decision::Ask { reason } => Err(format!(
+                "it is on another host, which needs its own approval ({reason}). To read it, \
+                 call {tool} with that URL"
+            )),
+            Decision::Deny { reason } => Err(format!(
+                "the permission policy refuses it ({reason}). Do not try to reach it another way"
+            )),
+        }
+    }
 }
 
 impl Registry {
@@ -123,8 +169,35 @@ impl Registry {
         Registry {
             tools,
             index,
-            policy: RwLock::new(Arc::new(policy)),
+            policy: Arc::new(RwLock::new(Arc::new(policy))),
             policy_config: Mutex::new(policy_config),
+            unavailable: HashMap::new(),
+        }
+    }
+
+    /// Marks a tool as unavailable with this configuration: it is not offered, and a call
+    /// gets `reason`.
+    pub fn set_unavailable(&mut self, name: &str, reason: String) {
+        if let Some(i) = self.index.get(name) {
+            self.unavailable.insert(self.tools[*i].name(), reason);
+        }
+    }
+
+    /// Why a built-in tool cannot run here, if it cannot.
+    pub fn unavailable(&self, name: &str) -> Option<&str> {
+        self.unavailable.get(name).map(String::as_str)
+    }
+
+    /// The gate running calls use to check redirect hops against the policy in force.
+    pub fn hop_gate(
+        &self,
+        workspace: Arc<crate::workspace::Workspace>,
+        approve_asks: bool,
+    ) -> HopGate {
+        HopGate {
+            policy: Arc::clone(&self.policy),
+            workspace,
+            approve_asks,
         }
     }
 
@@ -167,9 +240,12 @@ impl Registry {
         self.tools.iter().map(|t| t.as_ref())
     }
 
-    /// Whether toolpilot executes `name` and the policy has not disabled it.
+    /// Whether toolpilot executes `name`, can with this configuration, and the policy has
+    /// not disabled it.
     pub fn is_enabled(&self, name: &str) -> bool {
-        self.get(name).is_some() && self.policy().level(name) != Level::Disabled
+        self.get(name).is_some()
+            && !self.unavailable.contains_key(name)
+            && self.policy().level(name) != Level::Disabled
     }
 
     /// Whether the named tool is read-only (unknown names are not).
@@ -216,18 +292,31 @@ impl Registry {
         approver: &dyn Approver,
     ) -> Outcome {
         let started = Instant::now();
+        let name = call.name.as_str();
+        // Every text this returns passes the redactor: tool results, and error texts that may
+        // quote what a tool saw. Results are redacted before the budget cut, so a cut never
+        // splits a secret into pieces the redactor no longer recognises.
+        let redact = |text: String| match env.redactor.redact(&text) {
+            std::borrow::Cow::Borrowed(_) => text,
+            std::borrow::Cow::Owned(clean) => {
+                tracing::info!(tool = name, call_id = %call.id, "secrets redacted from a tool result");
+                clean
+            }
+        };
         let done = |content: String, status: Status| Outcome {
-            content,
+            content: redact(content),
             status,
             duration: started.elapsed(),
         };
-        let name = call.name.as_str();
         let Some(tool) = self.get(name) else {
             return done(
                 format!("{name} was not run: there is no built-in tool with that name."),
                 Status::Error,
             );
         };
+        if let Some(why) = self.unavailable(name) {
+            return done(why.to_string(), Status::Error);
+        }
         let args = match Args::parse(&call.arguments) {
             Ok(a) => a,
             Err(msg) => {
@@ -290,14 +379,15 @@ impl Registry {
                 } else {
                     text
                 };
-                done(
-                    fit_budget(
-                        text,
+                Outcome {
+                    content: fit_budget(
+                        redact(text),
                         env.config.output_budget,
                         "Ask for less at a time (a narrower path, pattern or line range).",
                     ),
-                    Status::Ok,
-                )
+                    status: Status::Ok,
+                    duration: started.elapsed(),
+                }
             }
             Err(ToolError::InvalidArguments(msg)) => done(
                 format!("{name} was not run because its arguments are invalid: {msg}"),

@@ -294,6 +294,9 @@ impl HttpUpstream {
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(1024)
             .tcp_nodelay(true)
+            // reqwest's gzip support is on for the web tools; the model's stream stays
+            // uncompressed, as before, so no decoder sits between a token and the client.
+            .no_gzip()
             .default_headers(headers)
             .user_agent(concat!("toolpilot/", env!("CARGO_PKG_VERSION")));
         let loopback = match cfg.base_url.host() {

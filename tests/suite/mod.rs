@@ -15,3 +15,4 @@ mod terminal;
 mod textcalls;
 mod tools;
 mod upstreams;
+mod web;
