@@ -42,7 +42,7 @@ use crate::runs::Runs;
 use crate::terminal::Terminal;
 use crate::tools::edit::ApplyModel;
 use crate::tools::registry::{Approval, Approver, NoApprover, Outcome, Status};
-use crate::tools::{Registry, Target, ToolEnv, spec_json};
+use crate::tools::{Registry, Target, ToolEnv, spec_json_for};
 use crate::upstream::accumulate::{Accumulator, Piece, Round};
 use crate::upstream::{RequestBody, Upstream, UpstreamError, demo};
 use crate::workspace::Workspace;
@@ -202,8 +202,13 @@ pub struct Engine {
     pub pauses: PauseStore,
     /// Runs that go on without their client (`x-toolpilot-detach`).
     pub detached: detach::Detached,
-    /// What is offered to the model when the client sends no `tools`.
-    default_offer: Offer,
+    /// What is offered to the model when the client sends no `tools`, for the rules and
+    /// skills snapshot it was built from (by fingerprint): rebuilt only when they change.
+    default_offer: std::sync::Mutex<(u64, Offer)>,
+    /// The system message, rules and skills.
+    pub prompt: Arc<crate::prompt::Prompt>,
+    /// The codebase index (built on first use).
+    pub code: Arc<crate::code::index::CodeIndex>,
     tools_config: Arc<crate::config::ToolsConfig>,
 }
 
@@ -246,7 +251,21 @@ impl Engine {
         ));
         let shadow = Shadow::new(checkpoints.dir(), workspace.root());
         let registry = Registry::new(policy, policy_config);
-        let default_offer = Offer::default(&registry, &config);
+        let workspace = Arc::new(workspace);
+        let prompt = Arc::new(crate::prompt::Prompt::new(
+            Arc::clone(&workspace),
+            config.prompt.clone(),
+        ));
+        let code = Arc::new(crate::code::index::CodeIndex::new(
+            checkpoints.dir().join("index"),
+            Arc::clone(&workspace),
+            config.codebase.clone(),
+        ));
+        let snapshot = prompt.snapshot();
+        let default_offer = std::sync::Mutex::new((
+            snapshot.fingerprint,
+            Offer::default(&registry, &config, &snapshot),
+        ));
         let pauses = PauseStore::new(checkpoints.dir(), config.approvals.pause_expiry);
         pauses.sweep();
         Ok(Engine {
@@ -259,12 +278,14 @@ impl Engine {
             ),
             approvals,
             default_offer,
+            prompt,
+            code,
             terminal,
             shadow,
             checkpoints,
             tools_config: Arc::new(config.tools.clone()),
             registry,
-            workspace: Arc::new(workspace),
+            workspace,
             upstream,
             config,
         })
@@ -344,7 +365,22 @@ impl Engine {
             terminal: Arc::clone(&self.terminal),
             shadow: self.shadow.clone(),
             run_id: run_id.to_string(),
+            prompt: Arc::clone(&self.prompt),
+            code: Arc::clone(&self.code),
+            embedder: None,
         }
+    }
+
+    /// The default offer for a rules and skills snapshot (cached while they do not change).
+    fn default_offer(&self, snapshot: &crate::prompt::Snapshot) -> Offer {
+        let mut cached = self.default_offer.lock().unwrap_or_else(|e| e.into_inner());
+        if cached.0 != snapshot.fingerprint {
+            *cached = (
+                snapshot.fingerprint,
+                Offer::default(&self.registry, &self.config, snapshot),
+            );
+        }
+        cached.1.clone()
     }
 
     /// The model name reported to the client: what it asked for, else what is used.
@@ -425,11 +461,12 @@ impl Offer {
         }
     }
 
-    fn new(engine: &Engine, req: &ChatRequest) -> Offer {
+    fn new(engine: &Engine, req: &ChatRequest, snapshot: &crate::prompt::Snapshot) -> Offer {
         let reg = &engine.registry;
         let Some(tools) = &req.tools else {
-            // No tools in the request: toolpilot's own set, prepared once per engine.
-            return engine.default_offer.clone();
+            // No tools in the request: toolpilot's own set, prepared once per engine (and
+            // again only when the rules or skills its descriptions list change).
+            return engine.default_offer(snapshot);
         };
         let mut specs: Vec<&Value> = Vec::new();
         let (mut server, mut client) = (HashSet::new(), HashSet::new());
@@ -455,7 +492,7 @@ impl Offer {
     }
 
     /// toolpilot's own set: every enabled built-in, or `agent.default_tools`.
-    fn default(reg: &Registry, config: &Config) -> Offer {
+    fn default(reg: &Registry, config: &Config, snapshot: &crate::prompt::Snapshot) -> Offer {
         let wanted = config.agent.default_tools.as_ref();
         let mut server = HashSet::new();
         let mut specs = Vec::new();
@@ -466,7 +503,7 @@ impl Offer {
             }
             if reg.is_enabled(name) {
                 server.insert(name.to_string());
-                specs.push(spec_json(tool));
+                specs.push(spec_json_for(tool, snapshot));
             }
         }
         Offer::finish(
@@ -612,7 +649,8 @@ impl Run<'_> {
         if engine.upstream.is_demo() {
             tracing::warn!("no upstream configured: the built-in demo model answers this run");
         }
-        let offer = Offer::new(engine, &req);
+        let snapshot = engine.prompt.snapshot();
+        let offer = Offer::new(engine, &req, &snapshot);
         let apply: Option<Arc<dyn ApplyModel>> =
             (engine.config.tools.llm_apply && !engine.upstream.is_demo()).then(|| {
                 Arc::new(UpstreamApply {
@@ -627,6 +665,22 @@ impl Run<'_> {
         );
         env.current_file = req.current_file.clone();
         env.apply = apply;
+        if let (Some(m), false) = (
+            &engine.config.codebase.embeddings_model,
+            engine.upstream.is_demo(),
+        ) {
+            env.embedder = Some(Arc::new(UpstreamEmbed {
+                engine: Arc::clone(&self.engine_arc),
+                model: m.clone(),
+            }));
+        }
+        // toolpilot's system message, recomputed per round (rules that start to apply join it).
+        let mut run_prompt = crate::prompt::RunPrompt::new(
+            snapshot,
+            &engine.prompt.config,
+            &engine.workspace,
+            offer.server.contains("request_rule"),
+        );
         let max_rounds = engine.config.agent.max_rounds;
         // A client sending the results of tool calls handed to it: put back the rounds it
         // did not see.
@@ -676,17 +730,20 @@ impl Run<'_> {
                 .upstream
                 .as_ref()
                 .is_none_or(|u| u.request_usage);
-            let body = build_body(
-                &req,
-                &model,
-                &messages,
-                if tools_allowed {
-                    offer.specs.as_ref()
-                } else {
-                    None
-                },
-                request_usage,
-            );
+            let block = run_prompt.block(&engine.workspace, &messages);
+            let body = crate::prompt::with_system(&mut messages, block, |messages| {
+                build_body(
+                    &req,
+                    &model,
+                    messages,
+                    if tools_allowed {
+                        offer.specs.as_ref()
+                    } else {
+                        None
+                    },
+                    request_usage,
+                )
+            });
             let names = if tools_allowed {
                 Arc::clone(&offer.names)
             } else {
@@ -1305,6 +1362,29 @@ impl ApplyModel for UpstreamApply {
             }
             let round = acc.finish().map_err(|e| e.to_string())?;
             Ok(code_block(&round.content))
+        })
+    }
+}
+
+/// Embeddings for `codebase` re-ranking, from the upstream's `/v1/embeddings`.
+struct UpstreamEmbed {
+    engine: Arc<Engine>,
+    model: String,
+}
+
+impl crate::code::Embedder for UpstreamEmbed {
+    fn embed(
+        &self,
+        inputs: Vec<String>,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Vec<f32>>, String>> + Send>> {
+        let engine = Arc::clone(&self.engine);
+        let model = self.model.clone();
+        Box::pin(async move {
+            engine
+                .upstream
+                .embeddings(&model, &inputs)
+                .await
+                .map_err(|e| e.to_string())
         })
     }
 }
