@@ -678,7 +678,6 @@ impl Run<'_> {
         let mut run_prompt = crate::prompt::RunPrompt::new(
             snapshot,
             &engine.prompt.config,
-            &engine.workspace,
             offer.server.contains("request_rule"),
         );
         let max_rounds = engine.config.agent.max_rounds;

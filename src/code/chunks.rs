@@ -62,6 +62,14 @@ pub fn chunks(path: &Path, text: &str) -> Vec<Chunk> {
         }
     }
     regions.sort_by_key(|r| r.0);
+    // Comments, doc comments, attributes and decorators right above an item belong to it.
+    let mut prev_end = 0;
+    for r in regions.iter_mut() {
+        while r.0 > prev_end + 1 && r.0 >= 2 && is_preamble(lines[r.0 - 2]) {
+            r.0 -= 1;
+        }
+        prev_end = r.1;
+    }
     // Fill the gaps (imports, constants, statements) and cut long regions.
     let mut out = Vec::new();
     let mut next = 1;
@@ -99,6 +107,17 @@ pub fn chunks(path: &Path, text: &str) -> Vec<Chunk> {
         push_window(next, total, &[], &mut out, WINDOW_LINES);
     }
     out
+}
+
+/// A line that introduces the item below it: a comment, doc comment, attribute or
+/// decorator.
+fn is_preamble(line: &str) -> bool {
+    let t = line.trim_start();
+    !t.is_empty()
+        && ["//", "/*", "*", "#[", "#!", "@", "--"]
+            .iter()
+            .any(|p| t.starts_with(p))
+        || (t.starts_with('#') && !t.starts_with("#include") && !t.starts_with("#define"))
 }
 
 #[cfg(test)]

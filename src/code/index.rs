@@ -32,7 +32,7 @@ use crate::workspace::Workspace;
 use crate::workspace::walk::{self, Visibility};
 
 /// Bumped when the schema or the chunking changes: an index of another version is rebuilt.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Changed files between intermediate commits of a long build.
 const COMMIT_EVERY: usize = 2_000;
 
@@ -119,9 +119,10 @@ pub struct Hit {
     pub symbols: Vec<String>,
     pub text: String,
     pub score: f32,
-    /// Query words (analysed) found in the chunk's symbols, path and text.
+    /// Words of the query found in the chunk's symbols, path or text.
     pub matched: Vec<String>,
-    pub in_symbols: bool,
+    /// The chunk's symbols that contain query words.
+    pub matched_symbols: Vec<String>,
     pub in_path: bool,
 }
 
@@ -433,7 +434,7 @@ impl CodeIndex {
                 let mut doc = TantivyDocument::default();
                 doc.add_text(f.path, &rel);
                 doc.add_text(f.path_words, &path_words);
-                doc.add_text(f.symbols, c.symbols.join(" "));
+                doc.add_text(f.symbols, c.symbols.join("\n"));
                 doc.add_text(f.body, &c.text);
                 doc.add_u64(f.start, c.start as u64);
                 doc.add_u64(f.end, c.end as u64);
@@ -534,6 +535,13 @@ impl CodeIndex {
         if terms.is_empty() {
             return Ok(Some((Vec::new(), 0)));
         }
+        let mut shown: Vec<(String, Vec<String>)> = Vec::new();
+        for (w, _, _) in super::words::words(query) {
+            let forms = analyse(&w);
+            if !forms.is_empty() && !shown.iter().any(|(x, _)| *x == w) {
+                shown.push((w, forms));
+            }
+        }
         let f = open.fields;
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         for (field, boost) in [(f.symbols, 3.0f32), (f.path_words, 2.0), (f.body, 1.0)] {
@@ -557,8 +565,7 @@ impl CodeIndex {
         let (top, total) = searcher
             .search(&query, &(TopDocs::with_limit(candidates * 3 + 10), Count))
             .map_err(|e| io_err("search failed", e))?;
-        let mut per_file: HashMap<String, usize> = HashMap::new();
-        let mut hits = Vec::new();
+        let mut all = Vec::new();
         for (score, addr) in top {
             let doc: TantivyDocument = searcher
                 .doc(addr)
@@ -569,37 +576,49 @@ impl CodeIndex {
                     .unwrap_or_default()
             };
             let path = text_of(f.path);
-            let n = per_file.entry(path.clone()).or_default();
-            if *n >= 2 {
-                continue;
-            }
-            *n += 1;
             let symbols_text = text_of(f.symbols);
             let body = text_of(f.body);
             let sym_words = analyse(&symbols_text);
             let path_words = analyse(&path.replace(['/', '.'], " "));
             let body_words = analyse(&body);
-            let matched: Vec<String> = terms
+            let has = |t: &String| {
+                sym_words.contains(t) || path_words.contains(t) || body_words.contains(t)
+            };
+            // Lucene's classic coordination factor: a chunk that has more of the query's
+            // words ranks above one that repeats fewer of them in less text.
+            let coord = terms.iter().filter(|t| has(t)).count() as f32 / terms.len() as f32;
+            // The query's own words (not their stems) are what the model is shown.
+            let matched: Vec<String> = shown
                 .iter()
-                .filter(|t| {
-                    sym_words.contains(t) || path_words.contains(t) || body_words.contains(t)
-                })
-                .cloned()
+                .filter(|(_, forms)| forms.iter().any(has))
+                .map(|(w, _)| w.clone())
                 .collect();
-            hits.push(Hit {
-                in_symbols: terms.iter().any(|t| sym_words.contains(t)),
+            all.push(Hit {
+                matched_symbols: symbols_text
+                    .lines()
+                    .filter(|sym| analyse(sym).iter().any(|w| terms.contains(w)))
+                    .map(str::to_string)
+                    .collect(),
                 in_path: terms.iter().any(|t| path_words.contains(t)),
                 path,
                 start: doc.get_first(f.start).and_then(|v| v.as_u64()).unwrap_or(1) as usize,
                 end: doc.get_first(f.end).and_then(|v| v.as_u64()).unwrap_or(1) as usize,
-                symbols: symbols_text
-                    .split_whitespace()
-                    .map(str::to_string)
-                    .collect(),
+                symbols: symbols_text.lines().map(str::to_string).collect(),
                 text: body,
-                score,
+                score: score * coord,
                 matched,
             });
+        }
+        all.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let mut per_file: HashMap<String, usize> = HashMap::new();
+        let mut hits = Vec::new();
+        for h in all {
+            let n = per_file.entry(h.path.clone()).or_default();
+            if *n >= 2 {
+                continue;
+            }
+            *n += 1;
+            hits.push(h);
             if hits.len() >= candidates {
                 break;
             }

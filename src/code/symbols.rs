@@ -281,7 +281,7 @@ impl Walker<'_> {
     fn children(&self, node: Node<'_>, depth: usize, out: &mut Vec<Symbol>) {
         let mut cursor = node.walk();
         for child in node.named_children(&mut cursor) {
-            self.visit(child, depth, out);
+            self.visit(child, depth, None, out);
         }
     }
 
@@ -289,10 +289,24 @@ impl Walker<'_> {
         std::str::from_utf8(&self.src[n.byte_range()]).unwrap_or("")
     }
 
-    fn visit(&self, n: Node<'_>, depth: usize, out: &mut Vec<Symbol>) {
+    /// `outer`: the wrapper whose text belongs to the declaration (`export`, `declare`,
+    /// `template <…>`), so signatures and line ranges start there.
+    fn visit(&self, n: Node<'_>, depth: usize, outer: Option<Node<'_>>, out: &mut Vec<Symbol>) {
         let kind = n.kind();
         if self.spec.wrappers.contains(&kind) {
-            self.children(n, depth, out);
+            let keeps_prefix = matches!(
+                kind,
+                "export_statement" | "ambient_declaration" | "template_declaration"
+            );
+            let mut cursor = n.walk();
+            for child in n.named_children(&mut cursor) {
+                let o = if keeps_prefix {
+                    Some(outer.unwrap_or(n))
+                } else {
+                    outer
+                };
+                self.visit(child, depth, o, out);
+            }
             return;
         }
         if self.spec.scopes.contains(&kind) {
@@ -316,11 +330,17 @@ impl Walker<'_> {
         } else {
             label
         };
+        let start = outer.unwrap_or(n);
+        let mut signature = self.signature(n, start.start_byte());
+        if kind == "type_definition" && !signature.contains(&name) {
+            // `typedef struct { … } name`: the first line does not say the name.
+            signature = format!("{signature} … {name}");
+        }
         out.push(Symbol {
             kind: label,
             name,
-            signature: self.signature(n),
-            start_line: n.start_position().row + 1,
+            signature,
+            start_line: start.start_position().row + 1,
             end_line: n.end_position().row + 1,
             depth,
         });
@@ -434,8 +454,7 @@ impl Walker<'_> {
 
     /// The declaration's text up to its body (or its first line when it has none),
     /// whitespace collapsed, trailing `{`/`:` dropped, capped.
-    fn signature(&self, n: Node<'_>) -> String {
-        let start = n.start_byte();
+    fn signature(&self, n: Node<'_>, start: usize) -> String {
         let end = match n.child_by_field_name("body") {
             Some(b) if b.start_byte() > start => b.start_byte(),
             _ => {

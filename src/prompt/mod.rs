@@ -69,6 +69,8 @@ pub struct Snapshot {
     pub listing_total: usize,
     /// A hash of the generated tool descriptions: equal fingerprints, equal tool specs.
     pub fingerprint: u64,
+    /// The environment part of the system message (workspace, OS, date, listing).
+    pub head: String,
 }
 
 impl Snapshot {
@@ -174,13 +176,48 @@ impl Prompt {
             listing,
             listing_total,
             fingerprint: 0,
+            head: String::new(),
         };
+        if self.config.system_message {
+            snap.head = environment(ws, &snap);
+        }
         let mut h = DefaultHasher::new();
         snap.request_rule_description().hash(&mut h);
         snap.read_skill_description().hash(&mut h);
         snap.fingerprint = h.finish();
         snap
     }
+}
+
+/// The environment part of the system message.
+fn environment(ws: &Workspace, snapshot: &Snapshot) -> String {
+    let mut head = String::from("<toolpilot_environment>\n");
+    head.push_str(&format!(
+        "You work in the workspace \"{}\" at {} through the tools you are given; tool paths \
+         are relative to that root.\n",
+        ws.name(),
+        ws.root().display()
+    ));
+    head.push_str(&format!(
+        "Operating system: {} ({}). Today's date: {}.\n",
+        std::env::consts::OS,
+        std::env::consts::ARCH,
+        today()
+    ));
+    if !snapshot.listing.is_empty() {
+        head.push_str("Top level of the workspace:\n");
+        for e in &snapshot.listing {
+            head.push_str(&format!("  {e}\n"));
+        }
+        if snapshot.listing_total > snapshot.listing.len() {
+            head.push_str(&format!(
+                "  … and {} more entries (list them with ls)\n",
+                snapshot.listing_total - snapshot.listing.len()
+            ));
+        }
+    }
+    head.push_str("</toolpilot_environment>");
+    head
 }
 
 /// The workspace's top-level entries, sorted, folders with `/`, without `.git`.
@@ -227,35 +264,9 @@ impl RunPrompt {
     pub fn new(
         snapshot: Arc<Snapshot>,
         config: &PromptConfig,
-        ws: &Workspace,
         offers_request_rule: bool,
     ) -> RunPrompt {
-        let mut head = String::from("<toolpilot_environment>\n");
-        head.push_str(&format!(
-            "You work in the workspace \"{}\" at {} through the tools you are given; tool paths \
-             are relative to that root.\n",
-            ws.name(),
-            ws.root().display()
-        ));
-        head.push_str(&format!(
-            "Operating system: {} ({}). Today's date: {}.\n",
-            std::env::consts::OS,
-            std::env::consts::ARCH,
-            today()
-        ));
-        if !snapshot.listing.is_empty() {
-            head.push_str("Top level of the workspace:\n");
-            for e in &snapshot.listing {
-                head.push_str(&format!("  {e}\n"));
-            }
-            if snapshot.listing_total > snapshot.listing.len() {
-                head.push_str(&format!(
-                    "  … and {} more entries (list them with ls)\n",
-                    snapshot.listing_total - snapshot.listing.len()
-                ));
-            }
-        }
-        head.push_str("</toolpilot_environment>");
+        let head = snapshot.head.clone();
         RunPrompt {
             snapshot,
             config: config.clone(),

@@ -127,9 +127,22 @@ async fn search(env: &ToolEnv, query: &str) -> String {
         ));
         for h in &hits {
             let mut why = Vec::new();
-            if h.in_symbols {
-                let names: Vec<&str> = h.symbols.iter().map(String::as_str).take(4).collect();
-                why.push(format!("symbol {}", names.join(", ")));
+            if !h.matched_symbols.is_empty() {
+                let names: Vec<&str> = h
+                    .matched_symbols
+                    .iter()
+                    .map(String::as_str)
+                    .take(4)
+                    .collect();
+                why.push(format!(
+                    "{} {}",
+                    if names.len() == 1 {
+                        "symbol"
+                    } else {
+                        "symbols"
+                    },
+                    names.join(", ")
+                ));
             }
             if h.in_path {
                 why.push("file name".to_string());

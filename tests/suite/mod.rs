@@ -1,6 +1,7 @@
 mod agent_loop;
 mod approvals;
 mod binaries;
+mod codebase;
 mod confinement;
 mod console;
 mod edit_corpus;
@@ -9,6 +10,7 @@ mod errors;
 mod policy;
 mod progress;
 mod python_sdk;
+mod rules;
 mod runs;
 mod terminal;
 mod tools;
