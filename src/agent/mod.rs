@@ -1372,10 +1372,7 @@ struct UpstreamEmbed {
 }
 
 impl crate::code::Embedder for UpstreamEmbed {
-    fn embed(
-        &self,
-        inputs: Vec<String>,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<Vec<f32>>, String>> + Send>> {
+    fn embed(&self, inputs: Vec<String>) -> crate::code::Embedding {
         let engine = Arc::clone(&self.engine);
         let model = self.model.clone();
         Box::pin(async move {

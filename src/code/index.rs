@@ -337,8 +337,9 @@ impl CodeIndex {
         Ok(open)
     }
 
-    /// One incremental refresh (runs on the index thread).
-    fn refresh(&self) -> Result<RefreshStats, String> {
+    /// One incremental refresh, on the calling thread (the index thread, or a benchmark).
+    /// Do not call it while a background refresh may run.
+    pub fn refresh(&self) -> Result<RefreshStats, String> {
         let started = Instant::now();
         let open = self.open()?;
         let mut manifest = self.lock().manifest.take().unwrap_or(Manifest {

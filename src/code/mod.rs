@@ -15,12 +15,12 @@ use std::pin::Pin;
 
 use index::Hit;
 
+/// The vectors of some texts, in order, or why there are none.
+pub type Embedding = Pin<Box<dyn Future<Output = Result<Vec<Vec<f32>>, String>> + Send>>;
+
 /// Turns texts into vectors (the upstream's `/v1/embeddings`). Implemented in `agent`.
 pub trait Embedder: Send + Sync {
-    fn embed(
-        &self,
-        inputs: Vec<String>,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<Vec<f32>>, String>> + Send>>;
+    fn embed(&self, inputs: Vec<String>) -> Embedding;
 }
 
 /// Cosine similarity (0 for a zero vector or different lengths).
