@@ -15,6 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use toolpilot::code::index::{CodeIndex, CodebaseConfig};
+
+// The server's allocator, so the numbers are the server's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use toolpilot::workspace::{DEFAULT_SENSITIVE, Workspace};
 
 /// Queries of both kinds, about code any large Rust tree has.

@@ -23,16 +23,16 @@ use tantivy::schema::{
     Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
     Value,
 };
-use tantivy::tokenizer::{Language, Stemmer, StopWordFilter, TextAnalyzer};
+use tantivy::tokenizer::TextAnalyzer;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use super::chunks::chunks;
-use super::words::{CodeTokenizer, QUESTION_WORDS};
+use super::words::CodeTokenizer;
 use crate::workspace::Workspace;
 use crate::workspace::walk::{self, Visibility};
 
 /// Bumped when the schema or the chunking changes: an index of another version is rebuilt.
-const VERSION: u32 = 2;
+const VERSION: u32 = 4;
 /// Changed files between intermediate commits of a long build.
 const COMMIT_EVERY: usize = 2_000;
 
@@ -73,6 +73,9 @@ struct FileMeta {
     mtime_ns: u128,
     hash: String,
     chunks: usize,
+    /// Binary or unreadable: remembered so an unchanged one is not read again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    skipped: bool,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -161,12 +164,7 @@ pub struct CodeIndex {
 }
 
 fn analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(CodeTokenizer)
-        .filter(StopWordFilter::remove(
-            QUESTION_WORDS.iter().map(|s| s.to_string()),
-        ))
-        .filter(Stemmer::new(Language::English))
-        .build()
+    TextAnalyzer::from(CodeTokenizer)
 }
 
 /// The analysed words of `text` (as the index stores them), without repeats.
@@ -329,7 +327,7 @@ impl CodeIndex {
                 version: VERSION,
                 files: BTreeMap::new(),
             });
-        inner.status.files = m.files.len();
+        inner.status.files = m.files.values().filter(|f| !f.skipped).count();
         inner.status.chunks = m.files.values().map(|f| f.chunks).sum();
         inner.status.built = !m.files.is_empty();
         inner.manifest = Some(m);
@@ -349,7 +347,7 @@ impl CodeIndex {
         let result = self.refresh_with(&open, &mut manifest, started);
         {
             let mut inner = self.lock();
-            inner.status.files = manifest.files.len();
+            inner.status.files = manifest.files.values().filter(|f| !f.skipped).count();
             inner.status.chunks = manifest.files.values().map(|f| f.chunks).sum();
             inner.manifest = Some(manifest);
         }
@@ -363,8 +361,8 @@ impl CodeIndex {
         started: Instant,
     ) -> Result<RefreshStats, String> {
         let ws = &self.ws;
-        let f = open.fields;
         let mut stats = RefreshStats::default();
+        // 1. Walk: what exists now, and which files changed by size or time.
         let b = walk::builder(
             ws,
             &ws.root_path(),
@@ -372,14 +370,9 @@ impl CodeIndex {
             Visibility::Search,
         )?;
         let mut seen: HashSet<String> = HashSet::new();
-        let mut writer: Option<IndexWriter<TantivyDocument>> = None;
-        let mut pending = 0usize;
-        let mut saved_at = Instant::now();
+        let mut todo: Vec<Todo> = Vec::new();
         for entry in b.build().flatten() {
-            let Some(ft) = entry.file_type() else {
-                continue;
-            };
-            if !ft.is_file() {
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
                 continue;
             }
             let Some(rel_path) = ws.rel_of(entry.path()) else {
@@ -394,82 +387,121 @@ impl CodeIndex {
                 stats.skipped += 1;
                 continue;
             }
-            seen.insert(rel.clone());
             let mtime_ns = meta
                 .modified()
                 .ok()
                 .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_nanos());
-            if let Some(old) = manifest.files.get(&rel) {
-                if old.size == meta.len() && old.mtime_ns == mtime_ns {
+            let old = manifest.files.get(&rel);
+            if let Some(o) = old.filter(|o| o.size == meta.len() && o.mtime_ns == mtime_ns) {
+                if o.skipped {
+                    stats.skipped += 1;
+                } else {
                     stats.unchanged += 1;
-                    continue;
                 }
-            }
-            let Some(text) = read_text(ws, rel_path, self.config.max_file_bytes) else {
-                seen.remove(&rel);
-                stats.skipped += 1;
+                seen.insert(rel);
                 continue;
-            };
-            let hash = crate::checkpoint::sha1(text.as_bytes());
-            if let Some(old) = manifest.files.get_mut(&rel) {
-                if old.hash == hash {
-                    old.size = meta.len();
-                    old.mtime_ns = mtime_ns;
-                    stats.same_content += 1;
-                    continue;
-                }
             }
-            let w = match &mut writer {
-                Some(w) => w,
-                None => writer.insert(
-                    open.index
-                        .writer_with_num_threads(1, 64_000_000)
-                        .map_err(|e| io_err("cannot write the index (is another toolpilot using this state directory?)", e))?,
-                ),
-            };
-            w.delete_term(Term::from_field_text(f.path, &rel));
-            let pieces = chunks(rel_path, &text);
-            let path_words = rel.replace(['/', '.', '\\'], " ");
-            for c in &pieces {
-                let mut doc = TantivyDocument::default();
-                doc.add_text(f.path, &rel);
-                doc.add_text(f.path_words, &path_words);
-                doc.add_text(f.symbols, c.symbols.join("\n"));
-                doc.add_text(f.body, &c.text);
-                doc.add_u64(f.start, c.start as u64);
-                doc.add_u64(f.end, c.end as u64);
-                w.add_document(doc)
-                    .map_err(|e| io_err("indexing failed", e))?;
-            }
-            manifest.files.insert(
+            todo.push(Todo {
+                old_hash: old.filter(|o| !o.skipped).map(|o| o.hash.clone()),
+                rel_path: rel_path.to_path_buf(),
                 rel,
-                FileMeta {
-                    size: meta.len(),
-                    mtime_ns,
-                    hash,
-                    chunks: pieces.len(),
-                },
-            );
-            stats.indexed += 1;
-            pending += 1;
-            if pending >= COMMIT_EVERY
-                || (pending > 0 && saved_at.elapsed() > Duration::from_secs(10))
-            {
-                // Long builds become searchable part by part.
-                w.commit()
-                    .map_err(|e| io_err("committing the index failed", e))?;
-                self.save_manifest(manifest)?;
-                let _ = open.reader.reload();
-                {
-                    let mut inner = self.lock();
-                    inner.status.files = manifest.files.len();
-                    inner.status.chunks = manifest.files.values().map(|f| f.chunks).sum();
-                }
-                pending = 0;
-                saved_at = Instant::now();
-            }
+                size: meta.len(),
+                mtime_ns,
+            });
         }
+        // 2. Read, hash, parse and chunk the changed files on every core; 3. index them here.
+        let workers = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(1, 4);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Prepared)>(256);
+        let max = self.config.max_file_bytes;
+        let mut writer: Option<IndexWriter<TantivyDocument>> = None;
+        let result = std::thread::scope(|scope| -> Result<(), String> {
+            for _ in 0..workers {
+                let tx = tx.clone();
+                let (todo, next) = (&todo, &next);
+                scope.spawn(move || {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(t) = todo.get(i) else { break };
+                        if tx.send((i, prepare(ws, t, max))).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            let mut pending = 0usize;
+            let mut saved_at = Instant::now();
+            for (i, prepared) in rx {
+                let t = &todo[i];
+                let (hash, pieces) = match prepared {
+                    Prepared::Skip => {
+                        stats.skipped += 1;
+                        seen.insert(t.rel.clone());
+                        if manifest.files.get(&t.rel).is_some_and(|m| !m.skipped) {
+                            let w = self.writer(open, &mut writer)?;
+                            w.delete_term(Term::from_field_text(open.fields.path, &t.rel));
+                        }
+                        manifest.files.insert(
+                            t.rel.clone(),
+                            FileMeta {
+                                size: t.size,
+                                mtime_ns: t.mtime_ns,
+                                hash: String::new(),
+                                chunks: 0,
+                                skipped: true,
+                            },
+                        );
+                        continue;
+                    }
+                    Prepared::Same => {
+                        if let Some(old) = manifest.files.get_mut(&t.rel) {
+                            old.size = t.size;
+                            old.mtime_ns = t.mtime_ns;
+                        }
+                        stats.same_content += 1;
+                        seen.insert(t.rel.clone());
+                        continue;
+                    }
+                    Prepared::Chunks(hash, pieces) => (hash, pieces),
+                };
+                seen.insert(t.rel.clone());
+                let w = self.writer(open, &mut writer)?;
+                self.index_file(open, w, &t.rel, &pieces)?;
+                manifest.files.insert(
+                    t.rel.clone(),
+                    FileMeta {
+                        size: t.size,
+                        mtime_ns: t.mtime_ns,
+                        hash,
+                        chunks: pieces.len(),
+                        skipped: false,
+                    },
+                );
+                stats.indexed += 1;
+                pending += 1;
+                if pending >= COMMIT_EVERY
+                    || (pending > 0 && saved_at.elapsed() > Duration::from_secs(10))
+                {
+                    // Long builds become searchable part by part.
+                    w.commit()
+                        .map_err(|e| io_err("committing the index failed", e))?;
+                    self.save_manifest(manifest)?;
+                    let _ = open.reader.reload();
+                    let mut inner = self.lock();
+                    inner.status.files = manifest.files.values().filter(|f| !f.skipped).count();
+                    inner.status.chunks = manifest.files.values().map(|f| f.chunks).sum();
+                    pending = 0;
+                    saved_at = Instant::now();
+                }
+            }
+            Ok(())
+        });
+        result?;
+        // 4. Files that are gone (deleted, now ignored, now too large or binary).
         let gone: Vec<String> = manifest
             .files
             .keys()
@@ -477,22 +509,15 @@ impl CodeIndex {
             .cloned()
             .collect();
         for rel in &gone {
-            let w = match &mut writer {
-                Some(w) => w,
-                None => writer.insert(
-                    open.index
-                        .writer_with_num_threads(1, 64_000_000)
-                        .map_err(|e| io_err("cannot write the index", e))?,
-                ),
-            };
-            w.delete_term(Term::from_field_text(f.path, rel));
-            manifest.files.remove(rel);
-            stats.removed += 1;
+            let w = self.writer(open, &mut writer)?;
+            w.delete_term(Term::from_field_text(open.fields.path, rel));
+            if manifest.files.remove(rel).is_some_and(|m| !m.skipped) {
+                stats.removed += 1;
+            }
         }
         if let Some(mut w) = writer {
             w.commit()
                 .map_err(|e| io_err("committing the index failed", e))?;
-            drop(w);
         }
         if stats.indexed + stats.removed + stats.same_content > 0
             || !self.dir.join("manifest.json").exists()
@@ -504,6 +529,50 @@ impl CodeIndex {
             .map_err(|e| io_err("cannot reload the index", e))?;
         stats.duration = started.elapsed();
         Ok(stats)
+    }
+
+    /// The writer of this refresh, opened on first need.
+    fn writer<'w>(
+        &self,
+        open: &Open,
+        writer: &'w mut Option<IndexWriter<TantivyDocument>>,
+    ) -> Result<&'w mut IndexWriter<TantivyDocument>, String> {
+        if writer.is_none() {
+            *writer = Some(open.index.writer_with_num_threads(1, 64_000_000).map_err(|e| {
+                io_err(
+                    "cannot write the index (is another toolpilot using this state directory?)",
+                    e,
+                )
+            })?);
+        }
+        writer
+            .as_mut()
+            .ok_or_else(|| "the index writer is gone".to_string())
+    }
+
+    /// Replaces a file's chunks.
+    fn index_file(
+        &self,
+        open: &Open,
+        w: &mut IndexWriter<TantivyDocument>,
+        rel: &str,
+        pieces: &[super::chunks::Chunk],
+    ) -> Result<(), String> {
+        let f = open.fields;
+        w.delete_term(Term::from_field_text(f.path, rel));
+        let path_words = rel.replace(['/', '.', '\\'], " ");
+        for c in pieces {
+            let mut doc = TantivyDocument::default();
+            doc.add_text(f.path, rel);
+            doc.add_text(f.path_words, &path_words);
+            doc.add_text(f.symbols, c.symbols.join("\n"));
+            doc.add_text(f.body, &c.text);
+            doc.add_u64(f.start, c.start as u64);
+            doc.add_u64(f.end, c.end as u64);
+            w.add_document(doc)
+                .map_err(|e| io_err("indexing failed", e))?;
+        }
+        Ok(())
     }
 
     fn save_manifest(&self, m: &Manifest) -> Result<(), String> {
@@ -610,7 +679,13 @@ impl CodeIndex {
                 matched,
             });
         }
-        all.sort_by(|a, b| b.score.total_cmp(&a.score));
+        // Ties broken by path and line, so equal scores always come out in one order.
+        all.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.path.cmp(&b.path))
+                .then_with(|| a.start.cmp(&b.start))
+        });
         let mut per_file: HashMap<String, usize> = HashMap::new();
         let mut hits = Vec::new();
         for h in all {
@@ -626,6 +701,37 @@ impl CodeIndex {
         }
         Ok(Some((hits, total)))
     }
+}
+
+/// A file whose size or time changed since the last refresh.
+struct Todo {
+    rel: String,
+    rel_path: PathBuf,
+    size: u64,
+    mtime_ns: u128,
+    old_hash: Option<String>,
+}
+
+/// What a worker made of a changed file.
+enum Prepared {
+    /// Binary or unreadable.
+    Skip,
+    /// The content hash did not change.
+    Same,
+    /// The new hash and chunks.
+    Chunks(String, Vec<super::chunks::Chunk>),
+}
+
+fn prepare(ws: &Workspace, t: &Todo, max: u64) -> Prepared {
+    let Some(text) = read_text(ws, &t.rel_path, max) else {
+        return Prepared::Skip;
+    };
+    let hash = crate::checkpoint::sha1(text.as_bytes());
+    if t.old_hash.as_deref() == Some(hash.as_str()) {
+        return Prepared::Same;
+    }
+    let pieces = chunks(&t.rel_path, &text);
+    Prepared::Chunks(hash, pieces)
 }
 
 /// A walked file's text (beneath the root), or `None` for binary or unreadable files.

@@ -1,7 +1,11 @@
 //! Words of code and of questions about code, for the index: identifiers are kept whole
 //! (`parseconfig`) and split into their parts (`parse`, `config`) at `_`, `-`, case changes
 //! and digit boundaries, so `parseConfig`, `parse_config` and "parse the config" meet.
-//! Wrapped as a tantivy tokenizer; the index adds stop words and English stemming after it.
+//! Wrapped as a tantivy tokenizer that also drops stop words and stems English words (with a
+//! per-thread cache: code repeats its words, and stemming was the largest cost of indexing).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
 
@@ -10,6 +14,9 @@ const MAX_WORD: usize = 64;
 
 /// The parts of one identifier, lower case, in order (without the whole).
 pub fn split_identifier(word: &str) -> Vec<String> {
+    if word.is_ascii() {
+        return split_ascii(word.as_bytes());
+    }
     let chars: Vec<char> = word.chars().collect();
     let mut parts = Vec::new();
     let mut cur = String::new();
@@ -35,6 +42,47 @@ pub fn split_identifier(word: &str) -> Vec<String> {
     }
     if !cur.is_empty() {
         parts.push(cur);
+    }
+    parts
+}
+
+/// [`split_identifier`] for ASCII words, on bytes.
+fn split_ascii(w: &[u8]) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut start: Option<usize> = None;
+    let close = |parts: &mut Vec<String>, a: usize, b: usize| {
+        if b > a {
+            parts.push(String::from_utf8_lossy(&w[a..b]).to_ascii_lowercase());
+        }
+    };
+    for i in 0..w.len() {
+        let c = w[i];
+        if !c.is_ascii_alphanumeric() {
+            if let Some(a) = start.take() {
+                close(&mut parts, a, i);
+            }
+            continue;
+        }
+        match start {
+            None => start = Some(i),
+            Some(a) => {
+                let prev = w[i - 1];
+                let next = w.get(i + 1).copied();
+                let boundary = (prev.is_ascii_lowercase() && c.is_ascii_uppercase())
+                    || (prev.is_ascii_uppercase()
+                        && c.is_ascii_uppercase()
+                        && next.is_some_and(|n| n.is_ascii_lowercase()))
+                    || (prev.is_ascii_alphabetic() && c.is_ascii_digit())
+                    || (prev.is_ascii_digit() && c.is_ascii_alphabetic());
+                if boundary {
+                    close(&mut parts, a, i);
+                    start = Some(i);
+                }
+            }
+        }
+    }
+    if let Some(a) = start {
+        close(&mut parts, a, w.len());
     }
     parts
 }
@@ -81,7 +129,35 @@ pub fn words(text: &str) -> Vec<(String, usize, usize)> {
     out
 }
 
-/// The tantivy tokenizer over [`words`].
+thread_local! {
+    static STEMMER: rust_stemmers::Stemmer =
+        rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English);
+    static STEMS: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
+}
+
+/// Most words whose stems a thread remembers.
+const MAX_CACHED_STEMS: usize = 200_000;
+
+/// The English stem of a lower-case word, or `None` for a stop word.
+pub fn stem(word: &str) -> Option<String> {
+    if QUESTION_WORDS.contains(&word) {
+        return None;
+    }
+    if let Some(s) = STEMS.with(|c| c.borrow().get(word).cloned()) {
+        return Some(s);
+    }
+    let s = STEMMER.with(|st| st.stem(word).into_owned());
+    STEMS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= MAX_CACHED_STEMS {
+            c.clear();
+        }
+        c.insert(word.to_string(), s.clone());
+    });
+    Some(s)
+}
+
+/// The tantivy tokenizer over [`words`], with stop words dropped and words stemmed.
 #[derive(Clone, Default)]
 pub struct CodeTokenizer;
 
@@ -96,6 +172,7 @@ impl Tokenizer for CodeTokenizer {
     fn token_stream<'a>(&'a mut self, text: &'a str) -> CodeTokenStream {
         let tokens = words(text)
             .into_iter()
+            .filter_map(|(w, a, b)| stem(&w).map(|s| (s, a, b)))
             .enumerate()
             .map(|(position, (text, offset_from, offset_to))| Token {
                 offset_from,
@@ -183,11 +260,18 @@ mod tests {
             ]
         );
         let mut t = CodeTokenizer;
-        let mut s = t.token_stream("aB c");
+        let mut s = t.token_stream("fooBar baz");
         let mut got = Vec::new();
         while s.advance() {
             got.push(s.token().text.clone());
         }
-        assert_eq!(got, ["ab", "a", "b", "c"]);
+        assert_eq!(got, ["foobar", "foo", "bar", "baz"]);
+        // Stop words are dropped, words stemmed.
+        let mut s = t.token_stream("Where is the parsing of configs");
+        let mut got = Vec::new();
+        while s.advance() {
+            got.push(s.token().text.clone());
+        }
+        assert_eq!(got, ["pars", "config"]);
     }
 }
