@@ -482,6 +482,12 @@ impl Offer {
                 if reg.is_enabled(name) {
                     server.insert(name.to_string());
                     specs.push(spec);
+                } else if reg.policy().level_source(name) == "default" {
+                    // Disabled only by Continue's default (create_rule_block, request_rule):
+                    // the client declaring it means its user enabled it there, so it stays
+                    // the client's tool.
+                    client.insert(name.to_string());
+                    specs.push(spec);
                 }
             } else {
                 client.insert(name.to_string());

@@ -468,3 +468,36 @@ async fn read_skill_finds_skills_in_every_folder_with_their_supporting_files() {
         "{desc}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_declares_a_rule_tool_disabled_only_by_default_keeps_it() {
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "remember"}],
+        "tools": [{"type": "function", "function": {"name": "create_rule_block",
+            "description": "the client's", "parameters": {"type": "object", "properties": {}}}}]});
+    let s = TestServer::builder()
+        .script(
+            json!({"rounds": [{"tool_calls": [{"id": "c1", "name": "create_rule_block",
+            "arguments": {"name": "x", "rule": "y"}}]}]}),
+        )
+        .start()
+        .await;
+    let r = s.chat(body.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let choice = &r.body["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{}", r.text);
+    assert_eq!(
+        choice["message"]["tool_calls"][0]["function"]["name"],
+        "create_rule_block"
+    );
+    assert_eq!(offered(&s, 0)[0].1, "the client's");
+    assert!(!s.path(".continue").exists());
+
+    // Disabled in toolpilot's configuration: not offered at all.
+    let s = TestServer::builder()
+        .script(json!({"rounds": [{"text": "ok"}]}))
+        .config("[policy.tools]\ncreate_rule_block = \"disabled\"\n")
+        .start()
+        .await;
+    assert_eq!(s.chat(body).await.status, 200);
+    assert!(offered(&s, 0).is_empty(), "{:?}", offered(&s, 0));
+}
