@@ -1084,5 +1084,24 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("policy.deny"), "{e}");
+        let e = load("[codebase]\nwait_secs = 0\n", &[], CommonArgs::default()).unwrap_err();
+        assert!(e.contains("codebase.wait_secs must be a positive"), "{e}");
+        let e = load(
+            "[prompt]\nsystem_mesage = true\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("prompt.system_mesage: unknown field"), "{e}");
+        let c = load(
+            "[prompt]\nglobal_dir = \"~/rules-home\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.prompt.global_dir.as_deref(),
+            Some(std::path::Path::new("/home/test/rules-home"))
+        );
     }
 }

@@ -298,18 +298,22 @@ impl CodeIndex {
         let manifest: Option<Manifest> = std::fs::read(&manifest_path)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
-        if manifest.as_ref().is_none_or(|m| m.version != VERSION) {
+        let mut manifest = manifest.filter(|m| m.version == VERSION);
+        if manifest.is_none() {
             // No manifest, or another version: start from an empty folder.
             let _ = std::fs::remove_dir_all(&self.dir);
         }
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| io_err(&format!("cannot create {}", self.dir.display()), e))?;
-        let (schema, fields) = schema();
-        let directory = tantivy::directory::MmapDirectory::open(&self.dir)
-            .map_err(|e| io_err("cannot open the index folder", e))?;
-        let index = Index::open_or_create(directory, schema)
-            .map_err(|e| io_err("cannot open the index", e))?;
-        index.tokenizers().register("code", analyzer());
+        let (index, fields) = match self.open_index() {
+            Ok(i) => i,
+            Err(e) if manifest.is_some() => {
+                // A damaged index is rebuilt rather than failing every query.
+                tracing::warn!(error = %e, "the codebase index cannot be opened; rebuilding it");
+                manifest = None;
+                let _ = std::fs::remove_dir_all(&self.dir);
+                self.open_index()?
+            }
+            Err(e) => return Err(e),
+        };
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -321,18 +325,28 @@ impl CodeIndex {
             fields,
         });
         let mut inner = self.lock();
-        let m = manifest
-            .filter(|m| m.version == VERSION)
-            .unwrap_or(Manifest {
-                version: VERSION,
-                files: BTreeMap::new(),
-            });
+        let m = manifest.unwrap_or(Manifest {
+            version: VERSION,
+            files: BTreeMap::new(),
+        });
         inner.status.files = m.files.values().filter(|f| !f.skipped).count();
         inner.status.chunks = m.files.values().map(|f| f.chunks).sum();
         inner.status.built = !m.files.is_empty();
         inner.manifest = Some(m);
         inner.open = Some(Arc::clone(&open));
         Ok(open)
+    }
+
+    fn open_index(&self) -> Result<(Index, Fields), String> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|e| io_err(&format!("cannot create {}", self.dir.display()), e))?;
+        let (schema, fields) = schema();
+        let directory = tantivy::directory::MmapDirectory::open(&self.dir)
+            .map_err(|e| io_err("cannot open the index folder", e))?;
+        let index = Index::open_or_create(directory, schema)
+            .map_err(|e| io_err("cannot open the index", e))?;
+        index.tokenizers().register("code", analyzer());
+        Ok((index, fields))
     }
 
     /// One incremental refresh, on the calling thread (the index thread, or a benchmark).

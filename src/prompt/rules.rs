@@ -218,7 +218,7 @@ impl Rules {
             }
         }
         let local = ws.root().join(".continue").join("rules");
-        for path in markdown_files(&local, &mut out.warnings) {
+        for path in markdown_files(&local, Some(ws.root()), &mut out.warnings) {
             let rel = ws
                 .rel_of(&path)
                 .map(|r| r.to_string_lossy().into_owned())
@@ -226,7 +226,7 @@ impl Rules {
             out.add(&path, Origin::Workspace(rel));
         }
         if let Some(g) = global {
-            for path in markdown_files(&g.join("rules"), &mut out.warnings) {
+            for path in markdown_files(&g.join("rules"), None, &mut out.warnings) {
                 out.add(&path, Origin::Global(path.clone()));
             }
         }
@@ -328,23 +328,44 @@ pub(crate) fn read_small(path: &Path, warnings: &mut Vec<String>) -> Option<Stri
     }
 }
 
-/// Every `*.md` file below `dir` (recursive, sorted, symlinks not followed), at most
-/// [`MAX_RULE_FILES`].
-pub(crate) fn markdown_files(dir: &Path, warnings: &mut Vec<String>) -> Vec<PathBuf> {
-    files_below(dir, 8, MAX_RULE_FILES, warnings)
+/// Every `*.md` file below `dir` (recursive, sorted, symlinks not followed, confined to
+/// `confine` when given), at most [`MAX_RULE_FILES`].
+pub(crate) fn markdown_files(
+    dir: &Path,
+    confine: Option<&Path>,
+    warnings: &mut Vec<String>,
+) -> Vec<PathBuf> {
+    files_below(dir, 8, MAX_RULE_FILES, confine, warnings)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "md"))
         .collect()
 }
 
-/// Regular files below `dir`, sorted, without following symlinks, at most `max`.
+/// Regular files below `dir`, sorted, without following symlinks, at most `max`. With
+/// `confine`, nothing is read unless `dir` really is inside that folder (a workspace's
+/// `.continue` that is a link to elsewhere is not followed).
 pub(crate) fn files_below(
     dir: &Path,
     max_depth: usize,
     max: usize,
+    confine: Option<&Path>,
     warnings: &mut Vec<String>,
 ) -> Vec<PathBuf> {
     let mut out = Vec::new();
+    if let Some(root) = confine {
+        match std::fs::canonicalize(dir) {
+            Ok(real) if real.starts_with(root) => {}
+            Ok(real) => {
+                warnings.push(format!(
+                    "{} was not read: it leads outside the workspace (to {})",
+                    dir.display(),
+                    real.display()
+                ));
+                return out;
+            }
+            Err(_) => return out,
+        }
+    }
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else {
@@ -524,6 +545,33 @@ mod tests {
         assert!(!m(&r, "a.rs"));
         assert!(r.matches_file("a.rs", &mut || Some("fn f() { unsafe { } }".into())));
         assert!(!r.matches_file("a.py", &mut || Some("unsafe {".into())));
+    }
+
+    #[test]
+    fn a_rules_folder_that_links_outside_the_workspace_is_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(outside.join("rules")).unwrap();
+        std::fs::write(outside.join("rules/leak.md"), "LEAK").unwrap();
+        let root = tmp.path().join("ws");
+        std::fs::create_dir_all(&root).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join(".continue")).unwrap();
+        std::os::unix::fs::symlink(outside.join("rules/leak.md"), root.join("AGENTS.md")).unwrap();
+        let ws = Workspace::open(&root, &[]).unwrap();
+        let loaded = Rules::load(&ws, None, true);
+        assert!(loaded.rules.is_empty(), "{:?}", loaded.rules);
+        assert!(
+            loaded
+                .warnings
+                .iter()
+                .any(|w| w.contains("leads outside the workspace")),
+            "{:?}",
+            loaded.warnings
+        );
+        // The same folder as the global one is read.
+        let global = Rules::load(&ws, Some(&outside), false);
+        assert_eq!(global.rules.len(), 1);
+        assert_eq!(global.rules[0].body, "LEAK");
     }
 
     #[test]

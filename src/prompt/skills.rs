@@ -43,7 +43,8 @@ impl Skills {
             roots.push((g.join("skills"), false));
         }
         for (root, in_ws) in roots {
-            let files = files_below(&root, 6, 2_000, &mut out.warnings);
+            let confine = in_ws.then(|| ws.root());
+            let files = files_below(&root, 6, 2_000, confine, &mut out.warnings);
             for path in files
                 .iter()
                 .filter(|p| p.file_name().is_some_and(|n| n == "SKILL.md"))
