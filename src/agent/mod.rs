@@ -735,20 +735,21 @@ impl Run<'_> {
                 .upstream
                 .as_ref()
                 .is_none_or(|u| u.request_usage);
+            // toolpilot's system message goes into this request only, never the conversation.
             let block = run_prompt.block(&engine.workspace, &messages);
-            let body = crate::prompt::with_system(&mut messages, block, |messages| {
-                build_body(
-                    &req,
-                    &model,
-                    messages,
-                    if tools_allowed {
-                        offer.specs.as_ref()
-                    } else {
-                        None
-                    },
-                    request_usage,
-                )
-            });
+            let spliced = crate::prompt::splice_system(&mut messages, block);
+            let body = build_body(
+                &req,
+                &model,
+                &messages,
+                if tools_allowed {
+                    offer.specs.as_ref()
+                } else {
+                    None
+                },
+                request_usage,
+            );
+            crate::prompt::unsplice_system(&mut messages, spliced);
             let names = if tools_allowed {
                 Arc::clone(&offer.names)
             } else {

@@ -7,7 +7,7 @@
 //! [`SNAPSHOT_TTL`] (so a busy server does not re-read them on every request) and dropped at
 //! once when toolpilot writes a rule itself. The system message is computed per upstream round
 //! from the run's clean conversation ([`RunPrompt`]) and spliced into the request body only
-//! ([`with_system`]), so it is never stored in the conversation, never duplicated, and a rule
+//! ([`splice_system`], [`unsplice_system`]), so it is never stored in the conversation, never duplicated, and a rule
 //! that starts to apply mid-run (the model read a matching file) is in the next round's
 //! system message.
 
@@ -391,17 +391,22 @@ fn message_text(m: &Value) -> String {
     }
 }
 
-/// Runs `f` on the conversation with `block` added to its system message: appended (after a
-/// blank line) to the first message when that is a system/developer message, else inserted as
-/// a new first system message. The conversation is restored afterwards, so the block is never
-/// stored in it.
-pub fn with_system<R>(
-    messages: &mut Vec<Value>,
-    block: Option<&str>,
-    f: impl FnOnce(&[Value]) -> R,
-) -> R {
+/// How [`splice_system`] changed a conversation, for [`unsplice_system`].
+#[must_use = "the conversation must be restored with unsplice_system"]
+pub enum Spliced {
+    Nothing,
+    /// A system message was inserted at the front.
+    Inserted,
+    /// The block was appended to the first message, whose content was this.
+    Appended(Option<Value>),
+}
+
+/// Adds `block` to the conversation's system message: appended (after a blank line) to the
+/// first message when that is a system/developer message, else inserted as a new first system
+/// message. [`unsplice_system`] undoes it, so the block is never stored in the conversation.
+pub fn splice_system(messages: &mut Vec<Value>, block: Option<&str>) -> Spliced {
     let Some(block) = block else {
-        return f(messages);
+        return Spliced::Nothing;
     };
     if messages.first().is_some_and(is_system) {
         let original = messages[0].get("content").cloned();
@@ -415,22 +420,39 @@ pub fn with_system<R>(
             _ => Value::String(block.to_string()),
         };
         messages[0]["content"] = merged;
-        let r = f(messages);
-        match original {
-            Some(c) => messages[0]["content"] = c,
-            None => {
-                if let Some(o) = messages[0].as_object_mut() {
-                    o.remove("content");
-                }
-            }
-        }
-        r
+        Spliced::Appended(original)
     } else {
         messages.insert(0, serde_json::json!({"role": "system", "content": block}));
-        let r = f(messages);
-        messages.remove(0);
-        r
+        Spliced::Inserted
     }
+}
+
+/// Restores the conversation [`splice_system`] changed.
+pub fn unsplice_system(messages: &mut Vec<Value>, spliced: Spliced) {
+    match spliced {
+        Spliced::Nothing => {}
+        Spliced::Inserted => {
+            messages.remove(0);
+        }
+        Spliced::Appended(Some(c)) => messages[0]["content"] = c,
+        Spliced::Appended(None) => {
+            if let Some(o) = messages[0].as_object_mut() {
+                o.remove("content");
+            }
+        }
+    }
+}
+
+/// Runs `f` on the conversation with `block` spliced into its system message, then restores it.
+pub fn with_system<R>(
+    messages: &mut Vec<Value>,
+    block: Option<&str>,
+    f: impl FnOnce(&[Value]) -> R,
+) -> R {
+    let spliced = splice_system(messages, block);
+    let r = f(messages);
+    unsplice_system(messages, spliced);
+    r
 }
 
 /// Workspace-relative paths the conversation since the last user message involves: paths in
