@@ -71,6 +71,8 @@ pub struct Snapshot {
     pub fingerprint: u64,
     /// The environment part of the system message (workspace, OS, date, listing).
     pub head: String,
+    /// Whether any rule is auto-attached (only then do touched files matter).
+    pub has_auto_attached: bool,
 }
 
 impl Snapshot {
@@ -177,7 +179,13 @@ impl Prompt {
             listing_total,
             fingerprint: 0,
             head: String::new(),
+            has_auto_attached: false,
         };
+        snap.has_auto_attached = snap
+            .rules
+            .rules
+            .iter()
+            .any(|r| r.kind() == Kind::AutoAttached);
         if self.config.system_message {
             snap.head = environment(ws, &snap);
         }
@@ -292,7 +300,12 @@ impl RunPrompt {
         if !self.config.system_message {
             return None;
         }
-        let touched = touched_files(ws, messages);
+        // Without auto-attached rules the touched files change nothing: skip the stats.
+        let touched = if self.snapshot.has_auto_attached {
+            touched_files(ws, messages)
+        } else {
+            Vec::new()
+        };
         let client_system = messages
             .first()
             .filter(|m| is_system(m))
