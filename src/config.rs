@@ -63,6 +63,10 @@ pub struct Config {
     /// (upstream key, bearer token, search key) and of every variable matching
     /// `terminal.scrub_env`. Tool output never shows them, and no URL or query may carry them.
     pub secrets: Vec<(String, String)>,
+    /// The system message, rules and skills (`[prompt]`).
+    pub prompt: crate::prompt::PromptConfig,
+    /// The codebase index (`[codebase]`).
+    pub codebase: crate::code::index::CodebaseConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -380,6 +384,8 @@ struct ConfigFile {
     approvals: Option<ApprovalsFile>,
     sensitive_files: Option<Vec<String>>,
     web: Option<WebFile>,
+    prompt: Option<PromptFile>,
+    codebase: Option<CodebaseFile>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -395,12 +401,32 @@ struct WebFile {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct PromptFile {
+    system_message: Option<bool>,
+    extra: Option<String>,
+    listing_entries: Option<usize>,
+    global_dir: Option<PathBuf>,
+    agents_md: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct SearchFile {
     provider: Option<String>,
     url: Option<String>,
     api_key_env: Option<String>,
     max_results: Option<usize>,
     timeout_secs: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CodebaseFile {
+    max_results: Option<usize>,
+    max_file_bytes: Option<u64>,
+    wait_secs: Option<f64>,
+    embeddings_model: Option<String>,
+    rerank_candidates: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -920,7 +946,51 @@ impl Config {
             pause_expiry: secs("approvals.pause_expiry_secs", ap.pause_expiry_secs, 3600.0)?,
         };
         let web = resolve_web(file.web.unwrap_or_default(), env)?;
+        let pf = file.prompt.unwrap_or_default();
+        let pd = crate::prompt::PromptConfig::default();
+        let global_dir = match pf.global_dir {
+            Some(d) => {
+                let text = d.to_string_lossy();
+                match (text.strip_prefix("~/"), env("HOME")) {
+                    (Some(rest), Some(home)) => Some(PathBuf::from(home).join(rest)),
+                    (Some(_), None) => {
+                        return Err(err(
+                            "prompt.global_dir: starts with ~/ but HOME is not set; give an absolute path",
+                        ));
+                    }
+                    (None, _) => Some(d),
+                }
+            }
+            None => env("HOME").map(|h| PathBuf::from(h).join(".continue")),
+        };
+        let prompt = crate::prompt::PromptConfig {
+            system_message: pf.system_message.unwrap_or(pd.system_message),
+            extra: pf.extra.filter(|e| !e.trim().is_empty()),
+            listing_entries: pf.listing_entries.unwrap_or(pd.listing_entries),
+            global_dir,
+            agents_md: pf.agents_md.unwrap_or(pd.agents_md),
+        };
+        let cf = file.codebase.unwrap_or_default();
+        let cd = crate::code::index::CodebaseConfig::default();
+        let codebase = crate::code::index::CodebaseConfig {
+            max_results: positive("codebase.max_results", cf.max_results, cd.max_results)?,
+            max_file_bytes: match cf.max_file_bytes {
+                Some(0) => return Err(err("codebase.max_file_bytes must be greater than 0")),
+                Some(n) => n,
+                None => cd.max_file_bytes,
+            },
+            wait: secs("codebase.wait_secs", cf.wait_secs, cd.wait.as_secs_f64())?,
+            embeddings_model: cf.embeddings_model.filter(|m| !m.trim().is_empty()),
+            rerank_candidates: positive(
+                "codebase.rerank_candidates",
+                cf.rerank_candidates,
+                cd.rerank_candidates,
+            )?,
+            exclude: tools.search_exclude.clone(),
+        };
         Ok(Config {
+            prompt,
+            codebase,
             workspace,
             state_dir,
             server,
@@ -1407,6 +1477,15 @@ mod tests {
             "page_chars",
             "provider",
             "max_results",
+            "system_message",
+            "extra",
+            "listing_entries",
+            "global_dir",
+            "agents_md",
+            "max_file_bytes",
+            "wait_secs",
+            "embeddings_model",
+            "rerank_candidates",
         ];
         for key in keys {
             assert!(
@@ -1428,6 +1507,8 @@ mod tests {
             "[approvals]",
             "[web]",
             "[web.search]",
+            "[prompt]",
+            "[codebase]",
         ] {
             assert!(example.contains(section), "{section}");
         }
@@ -1585,5 +1666,24 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("policy.deny"), "{e}");
+        let e = load("[codebase]\nwait_secs = 0\n", &[], CommonArgs::default()).unwrap_err();
+        assert!(e.contains("codebase.wait_secs must be a positive"), "{e}");
+        let e = load(
+            "[prompt]\nsystem_mesage = true\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("prompt.system_mesage: unknown field"), "{e}");
+        let c = load(
+            "[prompt]\nglobal_dir = \"~/rules-home\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.prompt.global_dir.as_deref(),
+            Some(std::path::Path::new("/home/test/rules-home"))
+        );
     }
 }

@@ -15,12 +15,14 @@
 pub mod agent;
 pub mod approvals;
 pub mod checkpoint;
+pub mod code;
 pub mod config;
 pub mod edit;
 pub mod error;
 pub mod mock;
 pub mod openai;
 pub mod policy;
+pub mod prompt;
 pub mod redact;
 pub mod runs;
 pub mod server;

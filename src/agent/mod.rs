@@ -43,7 +43,7 @@ use crate::runs::Runs;
 use crate::terminal::Terminal;
 use crate::tools::edit::ApplyModel;
 use crate::tools::registry::{Approval, Approver, NoApprover, Outcome, Status};
-use crate::tools::{Registry, Target, ToolEnv, spec_json};
+use crate::tools::{Registry, Target, ToolEnv, spec_json_for};
 use crate::upstream::accumulate::{Accumulator, Piece, Round};
 use crate::upstream::route::{Route, Upstreams};
 use crate::upstream::{Hints, RequestBody, UpstreamError, demo};
@@ -208,8 +208,13 @@ pub struct Engine {
     pub pauses: PauseStore,
     /// Runs that go on without their client (`x-toolpilot-detach`).
     pub detached: detach::Detached,
-    /// What is offered to the model when the client sends no `tools`.
-    default_offer: Offer,
+    /// What is offered to the model when the client sends no `tools`, for the rules and
+    /// skills snapshot it was built from (by fingerprint): rebuilt only when they change.
+    default_offer: std::sync::Mutex<(u64, Offer)>,
+    /// The system message, rules and skills.
+    pub prompt: Arc<crate::prompt::Prompt>,
+    /// The codebase index (built on first use).
+    pub code: Arc<crate::code::index::CodeIndex>,
     tools_config: Arc<crate::config::ToolsConfig>,
     /// Pages and search for the web tools.
     pub web: Arc<crate::web::Web>,
@@ -252,7 +257,21 @@ impl Engine {
             }
             registry.set_unavailable("search_web", why.to_string());
         }
-        let default_offer = Offer::default(&registry, &config);
+        let workspace = Arc::new(workspace);
+        let prompt = Arc::new(crate::prompt::Prompt::new(
+            Arc::clone(&workspace),
+            config.prompt.clone(),
+        ));
+        let code = Arc::new(crate::code::index::CodeIndex::new(
+            checkpoints.dir().join("index"),
+            Arc::clone(&workspace),
+            config.codebase.clone(),
+        ));
+        let snapshot = prompt.snapshot();
+        let default_offer = std::sync::Mutex::new((
+            snapshot.fingerprint,
+            Offer::default(&registry, &config, &snapshot),
+        ));
         let pauses = PauseStore::new(checkpoints.dir(), config.approvals.pause_expiry);
         pauses.sweep();
         Ok(Engine {
@@ -265,6 +284,8 @@ impl Engine {
             ),
             approvals,
             default_offer,
+            prompt,
+            code,
             terminal,
             shadow,
             checkpoints,
@@ -272,7 +293,7 @@ impl Engine {
             web,
             redactor,
             registry,
-            workspace: Arc::new(workspace),
+            workspace,
             upstreams,
             config,
         })
@@ -356,7 +377,22 @@ impl Engine {
             hops: self
                 .registry
                 .hop_gate(Arc::clone(&self.workspace), self.config.agent.approve_asks),
+            prompt: Arc::clone(&self.prompt),
+            code: Arc::clone(&self.code),
+            embedder: None,
         }
+    }
+
+    /// The default offer for a rules and skills snapshot (cached while they do not change).
+    fn default_offer(&self, snapshot: &crate::prompt::Snapshot) -> Offer {
+        let mut cached = self.default_offer.lock().unwrap_or_else(|e| e.into_inner());
+        if cached.0 != snapshot.fingerprint {
+            *cached = (
+                snapshot.fingerprint,
+                Offer::default(&self.registry, &self.config, snapshot),
+            );
+        }
+        cached.1.clone()
     }
 
     /// The model name reported to the client: what it asked for, else what is used.
@@ -437,11 +473,12 @@ impl Offer {
         }
     }
 
-    fn new(engine: &Engine, req: &ChatRequest) -> Offer {
+    fn new(engine: &Engine, req: &ChatRequest, snapshot: &crate::prompt::Snapshot) -> Offer {
         let reg = &engine.registry;
         let Some(tools) = &req.tools else {
-            // No tools in the request: toolpilot's own set, prepared once per engine.
-            return engine.default_offer.clone();
+            // No tools in the request: toolpilot's own set, prepared once per engine (and
+            // again only when the rules or skills its descriptions list change).
+            return engine.default_offer(snapshot);
         };
         let mut specs: Vec<&Value> = Vec::new();
         let (mut server, mut client) = (HashSet::new(), HashSet::new());
@@ -460,6 +497,12 @@ impl Offer {
                 if reg.is_enabled(name) {
                     server.insert(name.to_string());
                     specs.push(spec);
+                } else if reg.policy().level_source(name) == "default" {
+                    // Disabled only by Continue's default (create_rule_block, request_rule):
+                    // the client declaring it means its user enabled it there, so it stays
+                    // the client's tool.
+                    client.insert(name.to_string());
+                    specs.push(spec);
                 }
             } else {
                 client.insert(name.to_string());
@@ -470,7 +513,7 @@ impl Offer {
     }
 
     /// toolpilot's own set: every enabled built-in, or `agent.default_tools`.
-    fn default(reg: &Registry, config: &Config) -> Offer {
+    fn default(reg: &Registry, config: &Config, snapshot: &crate::prompt::Snapshot) -> Offer {
         let wanted = config.agent.default_tools.as_ref();
         let mut server = HashSet::new();
         let mut specs = Vec::new();
@@ -481,7 +524,7 @@ impl Offer {
             }
             if reg.is_enabled(name) {
                 server.insert(name.to_string());
-                specs.push(spec_json(tool));
+                specs.push(spec_json_for(tool, snapshot));
             }
         }
         Offer::finish(
@@ -619,7 +662,8 @@ impl Run<'_> {
         if engine.upstreams.is_demo() {
             tracing::warn!("no upstream configured: the built-in demo model answers this run");
         }
-        let offer = Offer::new(engine, &req);
+        let snapshot = engine.prompt.snapshot();
+        let offer = Offer::new(engine, &req, &snapshot);
         let apply: Option<Arc<dyn ApplyModel>> =
             (engine.config.tools.llm_apply && !engine.upstreams.is_demo()).then(|| {
                 Arc::new(UpstreamApply {
@@ -633,6 +677,26 @@ impl Run<'_> {
         );
         env.current_file = req.current_file.clone();
         env.apply = apply;
+        // The embeddings model is routed like any model name (it may live on another upstream).
+        if let (Some(m), false) = (
+            &engine.config.codebase.embeddings_model,
+            engine.upstreams.is_demo(),
+        ) {
+            match engine.upstreams.route(Some(m)) {
+                Ok(route) => env.embedder = Some(Arc::new(UpstreamEmbed { route })),
+                Err(e) => tracing::warn!(
+                    model = %m,
+                    error = %e.message,
+                    "codebase.embeddings_model is not routable; results are not re-ranked"
+                ),
+            }
+        }
+        // toolpilot's system message, recomputed per round (rules that start to apply join it).
+        let mut run_prompt = crate::prompt::RunPrompt::new(
+            snapshot,
+            &engine.prompt.config,
+            offer.server.contains("request_rule"),
+        );
         let max_rounds = engine.config.agent.max_rounds;
         // A client sending the results of tool calls handed to it: put back the rounds it
         // did not see.
@@ -689,7 +753,14 @@ impl Run<'_> {
             let mut overflowed = false;
             let round = loop {
                 let prepared = self
-                    .prepare_round(&req, &route, &mut messages, &offer, tools_allowed, &mut ctx)
+                    .prepare_round(
+                        &req,
+                        &route,
+                        &mut messages,
+                        offer.specs.as_ref().filter(|_| tools_allowed),
+                        &mut ctx,
+                        &mut run_prompt,
+                    )
                     .await;
                 let fallback_ready = !engine.upstreams.fallbacks(&route).is_empty();
                 match self
@@ -955,16 +1026,11 @@ impl Run<'_> {
         req: &ChatRequest,
         route: &Route,
         messages: &mut Vec<Value>,
-        offer: &Offer,
-        tools_allowed: bool,
+        specs: Option<&Bytes>,
         ctx: &mut ContextState,
+        run_prompt: &mut crate::prompt::RunPrompt,
     ) -> Prepared {
         let text_mode = route.endpoint.tool_mode() == ToolMode::Text;
-        let specs = if tools_allowed {
-            offer.specs.as_ref()
-        } else {
-            None
-        };
         let tools_prompt = match (text_mode, specs) {
             (true, Some(bytes)) => {
                 let list: Vec<Value> = serde_json::from_slice(bytes).unwrap_or_default();
@@ -977,6 +1043,10 @@ impl Run<'_> {
             (None, Some(b)) => b.len(),
             (None, None) => 0,
         };
+        // toolpilot's system message (rules, workspace) goes into this request only, never
+        // into the conversation the run keeps.
+        let block = run_prompt.block(&self.engine.workspace, messages);
+        let block_bytes = block.map_or(0, str::len);
         let window = route.endpoint.context_window(&route.model).await;
         let limit = match (window, ctx.limit) {
             (Some(w), Some(l)) => Some(w.saturating_sub(ctx.reserve(w)).min(l)),
@@ -984,7 +1054,7 @@ impl Run<'_> {
             (None, l) => l,
         };
         if let Some(limit) = limit {
-            let extra = ctx.est.tokens(tools_bytes);
+            let extra = ctx.est.tokens(tools_bytes + block_bytes);
             if let Some(p) = context::fit(messages, limit, extra, &ctx.est) {
                 tracing::warn!(
                     results = p.results,
@@ -1004,6 +1074,7 @@ impl Run<'_> {
                 );
             }
         }
+        let spliced = crate::prompt::splice_system(messages, block);
         let wire: std::borrow::Cow<[Value]> = if text_mode {
             std::borrow::Cow::Owned(textmode::to_text(
                 messages,
@@ -1030,6 +1101,8 @@ impl Run<'_> {
             if text_mode { None } else { specs },
             request_usage,
         );
+        drop(wire);
+        crate::prompt::unsplice_system(messages, spliced);
         Prepared {
             body,
             estimate,
@@ -1474,6 +1547,25 @@ impl ApplyModel for UpstreamApply {
             }
             let round = acc.finish().map_err(|e| e.to_string())?;
             Ok(code_block(&round.content))
+        })
+    }
+}
+
+/// Embeddings for `codebase` re-ranking, from the upstream's `/v1/embeddings`.
+struct UpstreamEmbed {
+    route: Route,
+}
+
+impl crate::code::Embedder for UpstreamEmbed {
+    fn embed(&self, inputs: Vec<String>) -> crate::code::Embedding {
+        let route = self.route.clone();
+        Box::pin(async move {
+            route
+                .endpoint
+                .upstream
+                .embeddings(&route.model, &inputs)
+                .await
+                .map_err(|e| e.to_string())
         })
     }
 }

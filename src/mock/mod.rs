@@ -48,6 +48,17 @@ pub struct Script {
     /// `POST /api/chat` (the same rounds, as newline-delimited JSON).
     #[serde(default)]
     pub ollama: bool,
+    /// `POST /v1/embeddings`: an input containing `contains` gets `vector` (first rule that
+    /// matches); any other input gets a deterministic hashed bag of its words (16 numbers).
+    #[serde(default)]
+    pub embeddings: Vec<EmbeddingRule>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingRule {
+    pub contains: String,
+    pub vector: Vec<f32>,
 }
 
 fn yes() -> bool {
@@ -164,6 +175,8 @@ struct Shared {
     script: Script,
     next: Mutex<usize>,
     log: Mutex<Vec<Recorded>>,
+    /// Bodies of `POST /v1/embeddings` requests (kept apart, so chat request indices stay).
+    embedding_log: Mutex<Vec<Value>>,
     release: Notify,
     released: Mutex<bool>,
     record_file: Option<std::path::PathBuf>,
@@ -195,6 +208,7 @@ impl MockUpstream {
             script,
             next: Mutex::new(0),
             log: Mutex::new(Vec::new()),
+            embedding_log: Mutex::new(Vec::new()),
             release: Notify::new(),
             released: Mutex::new(false),
             record_file,
@@ -204,6 +218,8 @@ impl MockUpstream {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/chat/completions", post(chat))
+            .route("/v1/embeddings", post(embeddings))
+            .route("/embeddings", post(embeddings))
             .route("/v1/models", get(models))
             .route("/models", get(models))
             .route("/api/version", get(ollama_version))
@@ -237,6 +253,15 @@ impl MockUpstream {
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared
             .log
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
+    }
+
+    /// The bodies of the embeddings requests received so far.
+    pub fn embedding_requests(&self) -> Vec<Value> {
+        self.shared
+            .embedding_log
             .lock()
             .map(|l| l.clone())
             .unwrap_or_default()
@@ -471,6 +496,68 @@ fn begin(
     drop(log);
     save_record(shared);
     (i, round_index, body_json)
+}
+
+/// A deterministic vector for `text`: the script's rule, else a hashed bag of its words.
+pub fn mock_embedding(rules: &[EmbeddingRule], text: &str) -> Vec<f32> {
+    if let Some(r) = rules.iter().find(|r| text.contains(&r.contains)) {
+        return r.vector.clone();
+    }
+    let mut v = vec![0.0f32; 16];
+    for w in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        // FNV-1a of the lower-cased word.
+        let mut h: u32 = 0x811c_9dc5;
+        for b in w.to_lowercase().bytes() {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+        v[(h % 16) as usize] += 1.0;
+    }
+    v
+}
+
+async fn embeddings(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": {"message": "the body is not JSON", "type": "invalid_request_error"}})),
+        )
+            .into_response();
+    };
+    let inputs: Vec<String> = match &req["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().unwrap_or_default().to_string())
+            .collect(),
+        _ => {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({"error": {"message": "`input` must be a string or a list of strings", "type": "invalid_request_error"}})),
+            )
+                .into_response();
+        }
+    };
+    if shared.script.record {
+        if let Ok(mut log) = shared.embedding_log.lock() {
+            log.push(req.clone());
+        }
+    }
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            json!({"object": "embedding", "index": i,
+                   "embedding": mock_embedding(&shared.script.embeddings, t)})
+        })
+        .collect();
+    axum::Json(
+        json!({"object": "list", "data": data, "model": req["model"],
+                      "usage": {"prompt_tokens": 0, "total_tokens": 0}}),
+    )
+    .into_response()
 }
 
 async fn requests(State(shared): State<Arc<Shared>>) -> Response {

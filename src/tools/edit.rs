@@ -223,7 +223,7 @@ impl Tool for CreateNewFile {
     }
 }
 
-fn create(
+pub(crate) fn create(
     env: &ToolEnv,
     path: &WorkspacePath,
     raw: &str,

@@ -6,6 +6,7 @@
 //! asks the policy between `prepare` and running the future, and is the only place that does.
 
 pub mod args;
+pub mod codebase;
 pub mod diff;
 pub mod edit;
 pub mod glob;
@@ -13,6 +14,7 @@ pub mod grep;
 pub mod ls;
 pub mod read;
 pub mod registry;
+pub mod rules;
 pub mod subdir;
 pub mod terminal;
 pub mod web;
@@ -116,6 +118,12 @@ pub struct ToolEnv {
     pub redactor: Arc<crate::redact::Redactor>,
     /// The policy, for redirect hops of a running `fetch_url_content`.
     pub hops: registry::HopGate,
+    /// Rules and skills (`request_rule`, `read_skill`; `create_rule_block` refreshes them).
+    pub prompt: Arc<crate::prompt::Prompt>,
+    /// The codebase index (`codebase`).
+    pub code: Arc<crate::code::index::CodeIndex>,
+    /// Embeddings for re-ranking `codebase` results (the upstream, when configured).
+    pub embedder: Option<Arc<dyn crate::code::Embedder>>,
 }
 
 impl ToolEnv {
@@ -146,6 +154,11 @@ pub trait Tool: Send + Sync {
     fn name(&self) -> &'static str;
     /// The description the model sees.
     fn description(&self) -> &'static str;
+    /// A description generated from the workspace's rules and skills (`request_rule`,
+    /// `read_skill`), used instead of [`Tool::description`] when toolpilot offers the tool.
+    fn dynamic_description(&self, _snapshot: &crate::prompt::Snapshot) -> Option<String> {
+        None
+    }
     /// The JSON schema of the arguments (names and types exactly as in Continue).
     fn parameters(&self) -> serde_json::Value;
     /// Read-only tools may run concurrently with each other within a round.
@@ -166,6 +179,15 @@ pub fn spec_json(tool: &dyn Tool) -> serde_json::Value {
             "parameters": tool.parameters(),
         }
     })
+}
+
+/// The spec sent upstream for a tool, with its generated description when it has one.
+pub fn spec_json_for(tool: &dyn Tool, snapshot: &crate::prompt::Snapshot) -> serde_json::Value {
+    let mut spec = spec_json(tool);
+    if let Some(d) = tool.dynamic_description(snapshot) {
+        spec["function"]["description"] = serde_json::Value::String(d);
+    }
+    spec
 }
 
 /// Runs blocking file work off the async threads.
@@ -242,6 +264,11 @@ pub fn builtin_tools() -> Vec<Box<dyn Tool>> {
         Box::new(terminal::StopBackgroundJob),
         Box::new(web::FetchUrlContent),
         Box::new(web::SearchWeb),
+        Box::new(rules::CreateRuleBlock),
+        Box::new(rules::RequestRule),
+        Box::new(rules::ReadSkill),
+        Box::new(codebase::Codebase),
+        Box::new(codebase::ViewRepoMap),
     ]
 }
 

@@ -204,6 +204,20 @@ impl Upstream {
             })),
         }
     }
+
+    /// `POST /embeddings` of the upstream: one vector per input, in order.
+    pub async fn embeddings(
+        &self,
+        model: &str,
+        inputs: &[String],
+    ) -> Result<Vec<Vec<f32>>, UpstreamError> {
+        match self {
+            Upstream::Http(h) => h.embeddings(model, inputs).await,
+            Upstream::Demo => Err(UpstreamError::Body(
+                "the built-in demo model has no embeddings".into(),
+            )),
+        }
+    }
 }
 
 impl RoundStream {
@@ -530,6 +544,45 @@ impl HttpUpstream {
         })
     }
 
+    async fn embeddings(
+        &self,
+        model: &str,
+        inputs: &[String],
+    ) -> Result<Vec<Vec<f32>>, UpstreamError> {
+        let url = self
+            .cfg
+            .base_url
+            .join("embeddings")
+            .map_err(|e| UpstreamError::Body(format!("upstream.url: {e}")))?;
+        let body = serde_json::json!({"model": model, "input": inputs});
+        let send = self
+            .request(reqwest::Method::POST, &url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send();
+        let wait = self.cfg.first_byte_timeout.min(self.cfg.total_timeout);
+        let response = match tokio::time::timeout(wait, send).await {
+            Err(_) => {
+                return Err(UpstreamError::Timeout {
+                    phase: "answer POST /embeddings",
+                    secs: wait.as_secs_f64(),
+                });
+            }
+            Ok(Err(e)) => return Err(self.connect_error(&e)),
+            Ok(Ok(r)) => r,
+        };
+        let status = response.status();
+        let body = read_capped(response, 64 * 1024 * 1024, self.cfg.idle_timeout).await;
+        if !status.is_success() {
+            return Err(UpstreamError::Status {
+                status: status.as_u16(),
+                message: status_message(status.as_u16(), &body),
+                retry_after: None,
+            });
+        }
+        parse_embeddings(&body, inputs.len())
+    }
+
     async fn models(&self) -> Result<Value, UpstreamError> {
         let send = self.request(reqwest::Method::GET, &self.models_url).send();
         let response = match tokio::time::timeout(self.cfg.first_byte_timeout, send).await {
@@ -703,4 +756,43 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         src = inner.source();
     }
     s
+}
+
+/// The vectors of an OpenAI embeddings response (`data[].embedding`, ordered by `index`).
+fn parse_embeddings(body: &[u8], expected: usize) -> Result<Vec<Vec<f32>>, UpstreamError> {
+    let bad = |why: &str| {
+        UpstreamError::Body(format!(
+            "POST /embeddings {why}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(300)])
+        ))
+    };
+    let v: Value = serde_json::from_slice(body).map_err(|_| bad("did not return JSON"))?;
+    let data = v
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("returned no `data` list"))?;
+    let mut out: Vec<(usize, Vec<f32>)> = Vec::with_capacity(data.len());
+    for (i, item) in data.iter().enumerate() {
+        let index = item
+            .get("index")
+            .and_then(Value::as_u64)
+            .map_or(i, |n| n as usize);
+        let vector = item
+            .get("embedding")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("returned an item without an `embedding` list"))?
+            .iter()
+            .map(|x| x.as_f64().map(|f| f as f32))
+            .collect::<Option<Vec<f32>>>()
+            .ok_or_else(|| bad("returned a non-numeric embedding"))?;
+        out.push((index, vector));
+    }
+    if out.len() != expected {
+        return Err(bad(&format!(
+            "returned {} vectors for {expected} inputs",
+            out.len()
+        )));
+    }
+    out.sort_by_key(|(i, _)| *i);
+    Ok(out.into_iter().map(|(_, v)| v).collect())
 }

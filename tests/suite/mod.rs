@@ -1,6 +1,7 @@
 mod agent_loop;
 mod approvals;
 mod binaries;
+mod codebase;
 mod confinement;
 mod console;
 mod edit_corpus;
@@ -10,6 +11,7 @@ mod policy;
 mod progress;
 mod python_sdk;
 mod responses;
+mod rules;
 mod runs;
 mod terminal;
 mod textcalls;

@@ -139,6 +139,11 @@ impl Builder {
             // nobody answers; the approval tests configure their own section.
             toml.push_str("\n[approvals]\nmode = \"deny\"\n");
         }
+        if !self.config.contains("[prompt]") {
+            // Tests that are not about toolpilot's system message get none, so what they
+            // assert about message positions holds; the prompt tests configure `[prompt]`.
+            toml.push_str("\n[prompt]\nsystem_message = false\n");
+        }
         let cfg_path = dir.path().join("toolpilot.toml");
         std::fs::write(&cfg_path, merge_upstream_section(&toml)).unwrap();
         let args = CommonArgs {
