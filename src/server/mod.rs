@@ -9,6 +9,7 @@ mod console;
 pub mod responses;
 pub mod routes;
 pub mod sse;
+pub mod stream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

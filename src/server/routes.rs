@@ -14,36 +14,11 @@ use bytes::BytesMut;
 use serde_json::json;
 
 use super::sse::{ChunkEncoder, KEEPALIVE};
+use super::stream::{EventSource, Wire, run_ended_early, sse_response};
 use super::{AppState, CURRENT_FILE_HEADER, RunId};
-use crate::agent::detach::ReplayReader;
-use crate::agent::{RunEvent, RunHandle, RunOptions};
-use crate::config::Progress;
+use crate::agent::{RunEvent, RunOptions};
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, ToolCall};
-
-/// Where a response reads its run's events: the run itself, or a detached run's replay.
-pub trait EventSource: Send + 'static {
-    fn recv(&mut self) -> impl std::future::Future<Output = Option<RunEvent>> + Send;
-    fn try_recv(&mut self) -> Option<RunEvent>;
-}
-
-impl EventSource for RunHandle {
-    fn recv(&mut self) -> impl std::future::Future<Output = Option<RunEvent>> + Send {
-        RunHandle::recv(self)
-    }
-    fn try_recv(&mut self) -> Option<RunEvent> {
-        RunHandle::try_recv(self)
-    }
-}
-
-impl EventSource for ReplayReader {
-    fn recv(&mut self) -> impl std::future::Future<Output = Option<RunEvent>> + Send {
-        ReplayReader::recv(self)
-    }
-    fn try_recv(&mut self) -> Option<RunEvent> {
-        ReplayReader::try_recv(self)
-    }
-}
 
 /// The header that asks for a run that goes on without its client (re-attach with
 /// `GET /v1/runs/{id}/attach`).
@@ -116,10 +91,9 @@ async fn respond<S: EventSource>(
     include_usage: bool,
 ) -> Response {
     if stream {
-        stream_response(
+        sse_response(
             source,
-            enc,
-            include_usage,
+            ChatWire { enc, include_usage },
             state.server.keepalive,
             state.server.progress,
         )
@@ -185,10 +159,6 @@ pub(crate) fn body_error(rejection: &BytesRejection, limit: usize) -> Response {
     .into_response()
 }
 
-pub(crate) fn run_ended_early() -> ApiError {
-    ApiError::internal("the run ended unexpectedly; details are in the server log")
-}
-
 async fn collect_response<S: EventSource>(mut handle: S, enc: ChunkEncoder) -> Response {
     let mut content = String::new();
     let mut reasoning = String::new();
@@ -216,101 +186,32 @@ async fn collect_response<S: EventSource>(mut handle: S, enc: ChunkEncoder) -> R
     run_ended_early().into_response()
 }
 
-/// The progress line shown for an event about server-side activity (tools, approvals).
-pub(crate) fn progress_line(ev: &RunEvent) -> Option<String> {
-    Some(match ev {
-        RunEvent::ToolStarted {
-            name, arguments, ..
-        } => format!(
-            "running {name} {}",
-            crate::tools::args::preview(arguments, 160)
-        ),
-        RunEvent::ToolFinished {
-            name,
-            status,
-            duration,
-            ..
-        } => format!("{name} {} in {} ms", status.label(), duration.as_millis()),
-        RunEvent::ApprovalPending(p) => format!(
-            "waiting for approval: {} {} ({}). Approve with POST /v1/approvals/{} \
-             {{\"decision\":\"approve\"}} (or \"deny\"), or in \
-             the console at /; denied automatically after {} s",
-            p.tool,
-            crate::tools::args::preview(&p.arguments, 160),
-            p.reason,
-            p.id,
-            p.expires_at.saturating_sub(p.created_at)
-        ),
-        RunEvent::ApprovalResolved { id, tool, outcome } => {
-            format!("approval {id} for {tool}: {outcome}")
-        }
-        _ => return None,
-    })
-}
-
-/// State of one outbound event stream.
-struct Outbound<S> {
-    handle: S,
+/// Chat-completion chunks.
+struct ChatWire {
     enc: ChunkEncoder,
     include_usage: bool,
-    keepalive: Duration,
-    progress: Progress,
-    /// Whether the text sent so far ends a line (progress lines in the text start on their
-    /// own line).
-    at_line_start: bool,
-    /// The last text sent was a progress line (which already ends with a blank line).
-    after_progress: bool,
-    pending: Option<RunEvent>,
-    started: bool,
-    finished: bool,
 }
 
-impl<S: EventSource> Outbound<S> {
-    /// Encodes one event; returns true when the stream is complete.
-    /// Shows one line of server-side activity in the configured channel.
-    fn progress(&mut self, out: &mut BytesMut, line: &str) {
-        match self.progress {
-            Progress::Comments => ChunkEncoder::comment(out, &format!("toolpilot: {line}")),
-            Progress::Reasoning => self.enc.reasoning(out, &format!("toolpilot: {line}\n")),
-            Progress::Text => {
-                let sep = if self.at_line_start { "" } else { "\n\n" };
-                self.enc
-                    .content(out, &format!("{sep}> toolpilot: {line}\n\n"));
-                self.at_line_start = true;
-                self.after_progress = true;
-            }
-            Progress::None => {}
-        }
+impl Wire for ChatWire {
+    fn open(&mut self, out: &mut BytesMut) {
+        self.enc.role(out);
     }
 
-    fn encode(&mut self, ev: RunEvent, out: &mut BytesMut) -> bool {
+    fn text(&mut self, out: &mut BytesMut, text: &str) {
+        self.enc.content(out, text);
+    }
+
+    fn reasoning(&mut self, out: &mut BytesMut, text: &str) {
+        self.enc.reasoning(out, text);
+    }
+
+    fn other(&mut self, out: &mut BytesMut, ev: RunEvent) -> bool {
         match ev {
-            RunEvent::Content(t) => {
-                // After a progress line, the blank line is already there.
-                let t = if self.after_progress {
-                    t.trim_start_matches('\n')
-                } else {
-                    &t
-                };
-                if !t.is_empty() {
-                    self.at_line_start = t.ends_with('\n');
-                    self.after_progress = false;
-                    self.enc.content(out, t);
-                }
-            }
-            RunEvent::Reasoning(t) => self.enc.reasoning(out, &t),
-            ev @ (RunEvent::ToolStarted { .. }
-            | RunEvent::ToolFinished { .. }
-            | RunEvent::ApprovalPending(_)
-            | RunEvent::ApprovalResolved { .. }) => {
-                if let Some(line) = progress_line(&ev) {
-                    self.progress(out, &line);
-                }
-            }
             RunEvent::ClientToolCalls(calls) => {
                 for (i, call) in calls.iter().enumerate() {
                     self.enc.tool_call(out, i, call);
                 }
+                false
             }
             RunEvent::Done {
                 finish_reason,
@@ -322,106 +223,20 @@ impl<S: EventSource> Outbound<S> {
                     self.enc.usage(out, &usage);
                 }
                 ChunkEncoder::done(out);
-                return true;
+                true
             }
             RunEvent::Failed(e) => {
-                ChunkEncoder::error(out, &e.body());
-                ChunkEncoder::done(out);
-                return true;
+                self.fail(out, &e);
+                true
             }
+            _ => false,
         }
-        false
     }
 
-    async fn next_bytes(&mut self) -> Option<Bytes> {
-        if self.finished {
-            return None;
-        }
-        let mut out = BytesMut::new();
-        if !self.started {
-            self.started = true;
-            self.enc.role(&mut out);
-        }
-        let first = match self.pending.take() {
-            Some(ev) => Some(ev),
-            None if !out.is_empty() => match self.handle.try_recv() {
-                Some(ev) => Some(ev),
-                None => return Some(out.freeze()),
-            },
-            None => match tokio::time::timeout(self.keepalive, self.handle.recv()).await {
-                Err(_) => return Some(Bytes::from_static(KEEPALIVE)),
-                Ok(ev) => ev,
-            },
-        };
-        let Some(ev) = first else {
-            self.finished = true;
-            ChunkEncoder::error(&mut out, &run_ended_early().body());
-            ChunkEncoder::done(&mut out);
-            return Some(out.freeze());
-        };
-        if self.encode(ev, &mut out) {
-            self.finished = true;
-            return Some(out.freeze());
-        }
-        // Coalesce what is already waiting into one write.
-        while out.len() < 32 * 1024 {
-            match self.handle.try_recv() {
-                Some(ev) => {
-                    if self.encode(ev, &mut out) {
-                        self.finished = true;
-                        break;
-                    }
-                }
-                None => break,
-            }
-        }
-        Some(out.freeze())
+    fn fail(&mut self, out: &mut BytesMut, error: &ApiError) {
+        ChunkEncoder::error(out, &error.body());
+        ChunkEncoder::done(out);
     }
-}
-
-async fn stream_response<S: EventSource>(
-    mut handle: S,
-    enc: ChunkEncoder,
-    include_usage: bool,
-    keepalive: Duration,
-    progress: Progress,
-) -> Response {
-    // Wait briefly for the run's first event, so that an error before anything happened gets
-    // a real HTTP status. A slow upstream (a local model reading a long prompt) must not keep
-    // the client without response headers for long, though: after one keep-alive interval the
-    // stream starts anyway and later errors arrive as an error event.
-    let first = match tokio::time::timeout(keepalive, handle.recv()).await {
-        Ok(None) => return run_ended_early().into_response(),
-        Ok(Some(RunEvent::Failed(e))) => return e.into_response(),
-        Ok(Some(ev)) => Some(ev),
-        Err(_) => None,
-    };
-    let outbound = Outbound {
-        handle,
-        enc,
-        include_usage,
-        keepalive,
-        progress,
-        at_line_start: true,
-        after_progress: false,
-        pending: first,
-        started: false,
-        finished: false,
-    };
-    let stream = futures_util::stream::unfold(outbound, |mut o| async move {
-        o.next_bytes()
-            .await
-            .map(|b| (Ok::<Bytes, Infallible>(b), o))
-    });
-    let mut resp = Response::new(Body::from_stream(stream));
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    resp
 }
 
 pub async fn models(State(state): State<AppState>) -> Response {

@@ -11,25 +11,22 @@
 pub mod encode;
 pub mod store;
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Extension;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use serde_json::Value;
 
 pub use self::store::Store;
-use super::routes::{DETACH_HEADER, EventSource, body_error, progress_line, run_ended_early};
-use super::sse::{ChunkEncoder, KEEPALIVE};
+use super::routes::{DETACH_HEADER, body_error};
+use super::stream::{EventSource, Wire, run_ended_early, sse_response};
 use super::{AppState, CURRENT_FILE_HEADER, RunId};
 use crate::agent::{RunEvent, RunOptions};
-use crate::config::Progress;
 use crate::error::ApiError;
 use crate::openai::assistant_message;
 use crate::openai::responses::ResponsesRequest;
@@ -141,12 +138,11 @@ async fn respond<S: EventSource>(
     keep: Option<Keep>,
 ) -> Response {
     if stream {
-        stream_response(
+        sse_response(
             source,
-            enc,
+            ResponsesWire { enc, keep },
             state.server.keepalive,
             state.server.progress,
-            keep,
         )
         .await
     } else {
@@ -186,57 +182,31 @@ async fn collect_response<S: EventSource>(
     run_ended_early().into_response()
 }
 
-/// State of one outbound Responses event stream.
-struct Outbound<S> {
-    source: S,
+/// Responses API events.
+struct ResponsesWire {
     enc: Encoder,
-    keepalive: Duration,
-    progress: Progress,
     keep: Option<Keep>,
-    /// Whether the text sent so far ends a line (progress lines in the text start on their
-    /// own line).
-    at_line_start: bool,
-    /// The last text sent was a progress line (which already ends with a blank line).
-    after_progress: bool,
-    pending: Option<RunEvent>,
-    started: bool,
-    finished: bool,
 }
 
-impl<S: EventSource> Outbound<S> {
-    /// Shows one line of server-side activity in the configured channel.
-    fn progress(&mut self, out: &mut BytesMut, line: &str) {
-        match self.progress {
-            Progress::Comments => ChunkEncoder::comment(out, &format!("toolpilot: {line}")),
-            Progress::Reasoning => self.enc.reasoning(out, &format!("toolpilot: {line}\n")),
-            Progress::Text => {
-                let sep = if self.at_line_start { "" } else { "\n\n" };
-                self.enc.text(out, &format!("{sep}> toolpilot: {line}\n\n"));
-                self.at_line_start = true;
-                self.after_progress = true;
-            }
-            Progress::None => {}
-        }
+impl Wire for ResponsesWire {
+    fn open(&mut self, out: &mut BytesMut) {
+        self.enc.created(out);
     }
 
-    /// Encodes one event; returns true when the stream is complete.
-    fn encode(&mut self, ev: RunEvent, out: &mut BytesMut) -> bool {
+    fn text(&mut self, out: &mut BytesMut, text: &str) {
+        self.enc.text(out, text);
+    }
+
+    fn reasoning(&mut self, out: &mut BytesMut, text: &str) {
+        self.enc.reasoning(out, text);
+    }
+
+    fn other(&mut self, out: &mut BytesMut, ev: RunEvent) -> bool {
         match ev {
-            RunEvent::Content(t) => {
-                // After a progress line, the blank line is already there.
-                let t = if self.after_progress {
-                    t.trim_start_matches('\n')
-                } else {
-                    &t
-                };
-                if !t.is_empty() {
-                    self.at_line_start = t.ends_with('\n');
-                    self.after_progress = false;
-                    self.enc.text(out, t);
-                }
+            RunEvent::ClientToolCalls(calls) => {
+                self.enc.calls(out, &calls);
+                false
             }
-            RunEvent::Reasoning(t) => self.enc.reasoning(out, &t),
-            RunEvent::ClientToolCalls(calls) => self.enc.calls(out, &calls),
             RunEvent::Done {
                 finish_reason,
                 usage,
@@ -246,106 +216,17 @@ impl<S: EventSource> Outbound<S> {
                 if let Some(keep) = self.keep.take() {
                     keep.save(&self.enc);
                 }
-                return true;
+                true
             }
             RunEvent::Failed(e) => {
                 self.enc.fail(out, &e);
-                return true;
+                true
             }
-            ev => {
-                if let Some(line) = progress_line(&ev) {
-                    self.progress(out, &line);
-                }
-            }
+            _ => false,
         }
-        false
     }
 
-    async fn next_bytes(&mut self) -> Option<Bytes> {
-        if self.finished {
-            return None;
-        }
-        let mut out = BytesMut::new();
-        if !self.started {
-            self.started = true;
-            self.enc.created(&mut out);
-        }
-        let first = match self.pending.take() {
-            Some(ev) => Some(ev),
-            None if !out.is_empty() => match self.source.try_recv() {
-                Some(ev) => Some(ev),
-                None => return Some(out.freeze()),
-            },
-            None => match tokio::time::timeout(self.keepalive, self.source.recv()).await {
-                Err(_) => return Some(Bytes::from_static(KEEPALIVE)),
-                Ok(ev) => ev,
-            },
-        };
-        let Some(ev) = first else {
-            self.finished = true;
-            self.enc.fail(&mut out, &run_ended_early());
-            return Some(out.freeze());
-        };
-        if self.encode(ev, &mut out) {
-            self.finished = true;
-            return Some(out.freeze());
-        }
-        // Coalesce what is already waiting into one write.
-        while out.len() < 32 * 1024 {
-            match self.source.try_recv() {
-                Some(ev) => {
-                    if self.encode(ev, &mut out) {
-                        self.finished = true;
-                        break;
-                    }
-                }
-                None => break,
-            }
-        }
-        Some(out.freeze())
+    fn fail(&mut self, out: &mut BytesMut, error: &ApiError) {
+        self.enc.fail(out, error);
     }
-}
-
-async fn stream_response<S: EventSource>(
-    mut source: S,
-    enc: Encoder,
-    keepalive: Duration,
-    progress: Progress,
-    keep: Option<Keep>,
-) -> Response {
-    // As for chat completions: an error before anything happened gets a real HTTP status,
-    // but a slow upstream does not keep the client without headers for more than one
-    // keep-alive interval.
-    let first = match tokio::time::timeout(keepalive, source.recv()).await {
-        Ok(None) => return run_ended_early().into_response(),
-        Ok(Some(RunEvent::Failed(e))) => return e.into_response(),
-        Ok(Some(ev)) => Some(ev),
-        Err(_) => None,
-    };
-    let outbound = Outbound {
-        source,
-        enc,
-        keepalive,
-        progress,
-        keep,
-        at_line_start: true,
-        after_progress: false,
-        pending: first,
-        started: false,
-        finished: false,
-    };
-    let stream = futures_util::stream::unfold(outbound, |mut o| async move {
-        o.next_bytes()
-            .await
-            .map(|b| (Ok::<Bytes, Infallible>(b), o))
-    });
-    let mut resp = Response::new(Body::from_stream(stream));
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    resp
 }
