@@ -329,7 +329,9 @@ impl RunPrompt {
         }
         now.sort_by_key(|(i, _)| *i);
         self.applied = now;
-        tracing::info!(rules = ?self.applied_names(), "rules applied to the system message");
+        if !self.applied.is_empty() {
+            tracing::info!(rules = ?self.applied_names(), "rules applied to the system message");
+        }
         let order = &self.applied;
         let mut text = self.head.clone();
         if !order.is_empty() {
