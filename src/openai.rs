@@ -112,25 +112,7 @@ const ROLES: &[&str] = &[
 impl ChatRequest {
     /// Parses and validates a request body. Every failure names the offending field.
     pub fn from_slice(body: &[u8]) -> Result<ChatRequest, ApiError> {
-        let value: Value = serde_json::from_slice(body).map_err(|e| {
-            ApiError::new(
-                axum::http::StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                format!("the request body is not valid JSON: {e}"),
-            )
-            .with_code("invalid_json")
-        })?;
-        let Value::Object(map) = value else {
-            return Err(ApiError::new(
-                axum::http::StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                format!(
-                    "the request body must be a JSON object with `model` and `messages`, got {}",
-                    kind_of(&value)
-                ),
-            )
-            .with_code("invalid_json"));
-        };
+        let map = json_object(body, "`model` and `messages`")?;
         ChatRequest::from_map(map)
     }
 
@@ -398,6 +380,26 @@ fn validate_tool(i: usize, t: &Value) -> Result<(), ApiError> {
 }
 
 /// "a string", "an array", … for error messages.
+/// A request body as a JSON object; `fields` names what it should hold (for the error).
+pub fn json_object(body: &[u8], fields: &str) -> Result<Map<String, Value>, ApiError> {
+    let invalid = |message: String| {
+        ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            message,
+        )
+        .with_code("invalid_json")
+    };
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(invalid(format!(
+            "the request body must be a JSON object with {fields}, got {}",
+            kind_of(&other)
+        ))),
+        Err(e) => Err(invalid(format!("the request body is not valid JSON: {e}"))),
+    }
+}
+
 pub fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

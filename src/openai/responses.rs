@@ -122,25 +122,7 @@ pub struct ResponsesRequest {
 impl ResponsesRequest {
     /// Parses and validates a request body. Every failure names the offending field.
     pub fn from_slice(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
-        let value: Value = serde_json::from_slice(body).map_err(|e| {
-            ApiError::new(
-                axum::http::StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                format!("the request body is not valid JSON: {e}"),
-            )
-            .with_code("invalid_json")
-        })?;
-        let Value::Object(map) = value else {
-            return Err(ApiError::new(
-                axum::http::StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                format!(
-                    "the request body must be a JSON object with `model` and `input`, got {}",
-                    kind_of(&value)
-                ),
-            )
-            .with_code("invalid_json"));
-        };
+        let map = crate::openai::json_object(body, "`model` and `input`")?;
         ResponsesRequest::from_map(map)
     }
 
