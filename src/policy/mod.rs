@@ -568,6 +568,19 @@ fn parse_domain(tool: &str, spec: &str) -> Result<Spec, String> {
     })
 }
 
+/// Whether a tool's rule specifiers are workspace paths (as opposed to a search pattern, a
+/// command line or a URL).
+fn tool_takes_paths(tool: &str) -> bool {
+    !matches!(
+        tool,
+        "grep_search"
+            | "file_glob_search"
+            | "search_web"
+            | "fetch_url_content"
+            | "run_terminal_command"
+    )
+}
+
 /// `tool` or `tool(specifier)`.
 fn parse_rule(text: &str) -> Result<(String, Option<Spec>), String> {
     let text = text.trim();
@@ -593,13 +606,24 @@ fn parse_rule(text: &str) -> Result<(String, Option<Spec>), String> {
         Some("") => return Err("the specifier inside `()` is empty".into()),
         Some(s) if s.starts_with("domain:") => Some(parse_domain(tool, &s["domain:".len()..])?),
         Some(s) => {
-            let glob = GlobBuilder::new(s)
+            // A leading `/` anchors the glob at the workspace root (`/README.md` is only the
+            // top-level file); without one, a glob with no `/` also matches a file name anywhere.
+            let (anchored, glob_text) = match s.strip_prefix('/') {
+                Some(rest) if tool_takes_paths(tool) => (true, rest),
+                _ => (false, s),
+            };
+            if anchored && glob_text.is_empty() {
+                return Err(
+                    "`/` alone names no file; write `/path` or a glob such as `/src/**`".into(),
+                );
+            }
+            let glob = GlobBuilder::new(glob_text)
                 .literal_separator(true)
                 .build()
                 .map_err(|e| format!("{s:?} is not a glob: {e}"))?;
             Some(Spec::Glob {
                 matcher: glob.compile_matcher(),
-                basename: !s.contains('/'),
+                basename: !anchored && !glob_text.contains('/'),
             })
         }
     };
@@ -758,6 +782,48 @@ mod tests {
             &ws,
             "read_file",
             Some("README.md"),
+            "allow: default policy",
+        );
+        // A leading `/` anchors a path glob at the root.
+        let anchored = policy(
+            &[],
+            &["read_file(/notes.md)"],
+            &[],
+            &["read_file(/secret/**)"],
+        );
+        check(
+            &anchored,
+            &ws,
+            "read_currently_open_file",
+            None,
+            "ask: default policy",
+        );
+        check(
+            &anchored,
+            &ws,
+            "read_file",
+            Some("notes.md"),
+            "allow: allowed by policy.allow[0]",
+        );
+        check(
+            &anchored,
+            &ws,
+            "read_file",
+            Some("sub/notes.md"),
+            "allow: default policy",
+        );
+        check(
+            &anchored,
+            &ws,
+            "read_file",
+            Some("secret/a"),
+            "deny: denied by policy.deny[0]",
+        );
+        check(
+            &anchored,
+            &ws,
+            "read_file",
+            Some("x/secret/a"),
             "allow: default policy",
         );
         // An allow rule with a specifier never matches a call without targets.
