@@ -385,8 +385,9 @@ fn policy_check(common: CommonArgs, command: &str, json: bool) -> Result<(), Str
         }
     };
     let (decision, a) = policy.decide_command("run_terminal_command", command, sandbox.available);
-    let approved =
-        matches!(decision, toolpilot::policy::Decision::Ask { .. }) && config.agent.approve_asks;
+    let approved = matches!(decision, toolpilot::policy::Decision::Ask { .. })
+        && !decision.person_only()
+        && config.agent.approve_asks;
     if json {
         let v = json!({"command": command, "decision": decision.label(), "reason": decision.reason(),
             "approved_by_yes": approved, "sandbox": sandbox, "parts": a.parts});

@@ -42,7 +42,9 @@ use crate::policy::Policy;
 use crate::runs::Runs;
 use crate::terminal::Terminal;
 use crate::tools::edit::ApplyModel;
-use crate::tools::registry::{Approval, Approver, NoApprover, Outcome, Status};
+use crate::tools::registry::{
+    Approval, Approver, Ask, Grant, NoApprover, Outcome, Status, person_only_refusal,
+};
 use crate::tools::{Registry, Target, ToolEnv, spec_json_for};
 use crate::upstream::accumulate::{Accumulator, Piece, Round};
 use crate::upstream::route::{Route, Upstreams};
@@ -246,6 +248,7 @@ impl Engine {
             config.terminal.clone(),
             config.secret_var_names(),
             checkpoints.dir().to_path_buf(),
+            policy.protected_paths().clone(),
         ));
         let shadow = Shadow::new(checkpoints.dir(), workspace.root());
         let web = Arc::new(crate::web::Web::new(&config.web)?);
@@ -870,16 +873,17 @@ impl Run<'_> {
             messages.push(assistant_message(&round.content, &round.tool_calls));
             let mut client_calls = Vec::new();
             let mut server_calls = Vec::new();
-            let approve = engine.config.agent.approve_asks || !engine.config.approvals.handoff;
+            let yes = engine.config.agent.approve_asks;
             for call in &round.tool_calls {
                 // A call that needs approval, of a tool the client declared itself (Continue's
-                // edit tools): the client asks its user and runs it.
+                // edit tools): the client asks its user and runs it. Under --yes only the calls
+                // that --yes cannot approve go to the client's user.
                 let hand_off = offer.server.contains(&call.name)
                     && req.tools.is_some()
-                    && !approve
+                    && engine.config.approvals.handoff
                     && matches!(
                         engine.registry.preflight(call, &env),
-                        Some(crate::policy::Decision::Ask { .. })
+                        Some(crate::policy::Decision::Ask { person_only, .. }) if person_only || !yes
                     );
                 if hand_off {
                     tracing::info!(tool = %call.name, "needs approval; handed to the client that declared it");
@@ -895,14 +899,16 @@ impl Run<'_> {
             // In-band approval: stop before this round's calls and ask the user.
             if client_calls.is_empty()
                 && engine.config.approvals.mode == ApprovalMode::Pause
-                && !engine.config.agent.approve_asks
                 && self.opts.approvals_reachable
             {
                 let asks: Vec<pause::Ask> = server_calls
                     .iter()
                     .filter(|c| offer.server.contains(&c.name))
                     .filter_map(|c| {
-                        let (reason, rules) = engine.registry.ask_of(c, &env)?;
+                        let (reason, person_only, rules) = engine.registry.ask_of(c, &env)?;
+                        if yes && !person_only {
+                            return None; // --yes approves it when the round runs
+                        }
                         Some(pause::Ask {
                             call_id: c.id.clone(),
                             tool: c.name.clone(),
@@ -1337,12 +1343,14 @@ impl Approver for Preset {
     fn approve<'a>(
         &'a self,
         call: &'a ToolCall,
-        _: &'a str,
+        _: &'a Ask,
         _: &'a [Target],
     ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
         let name = &call.name;
         let a = match &self.0 {
-            Reply::Approve { .. } => Approval::Approved("the user, in the chat".into()),
+            Reply::Approve { .. } => {
+                Approval::Approved("the user, in the chat".into(), Grant::Person)
+            }
             Reply::Deny { reason } => Approval::Refused(
                 format!(
                     "{name} was not run: the user denied it{}. Do not retry it; do without it, \
@@ -1379,18 +1387,24 @@ impl Approver for RunApprover<'_> {
     fn approve<'a>(
         &'a self,
         call: &'a ToolCall,
-        reason: &'a str,
+        ask: &'a Ask,
         targets: &'a [Target],
     ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
         Box::pin(async move {
             let cfg = &self.engine.config;
             let name = &call.name;
-            if cfg.agent.approve_asks {
-                return Approval::Approved("--yes".into());
+            let reason = ask.reason.as_str();
+            if cfg.agent.approve_asks && !ask.person_only {
+                return Approval::Approved("--yes".into(), Grant::Yes);
+            }
+            let nobody = matches!(cfg.approvals.mode, ApprovalMode::Deny | ApprovalMode::Pause)
+                || !self.reachable;
+            if ask.person_only && nobody {
+                return person_only_refusal(call, reason);
             }
             if matches!(cfg.approvals.mode, ApprovalMode::Deny | ApprovalMode::Pause) {
                 // (Pause stops runs before such calls; one that still gets here is refused.)
-                return NoApprover.approve(call, reason, targets).await;
+                return NoApprover.approve(call, ask, targets).await;
             }
             if !self.reachable {
                 return Approval::Refused(
@@ -1430,11 +1444,14 @@ impl Approver for RunApprover<'_> {
             let (outcome, approval) = match ticket.wait(timeout).await {
                 Some(Verdict::Approve { always }) => (
                     "approved",
-                    Approval::Approved(if always {
-                        "the user (always)".into()
-                    } else {
-                        "the user".into()
-                    }),
+                    Approval::Approved(
+                        if always {
+                            "the user (always)".into()
+                        } else {
+                            "the user".into()
+                        },
+                        Grant::Person,
+                    ),
                 ),
                 Some(Verdict::Deny { reason: why }) => (
                     "denied",

@@ -59,18 +59,39 @@ impl Level {
 /// What the policy says about one tool call, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    Allow { reason: String },
-    Ask { reason: String },
-    Deny { reason: String },
+    Allow {
+        reason: String,
+    },
+    /// Needs approval. `person_only`: only a person's explicit answer approves it (the
+    /// console, `/v1/approvals`, an in-band reply, the client's own approval after a hand-off);
+    /// `--yes` does not.
+    Ask {
+        reason: String,
+        person_only: bool,
+    },
+    Deny {
+        reason: String,
+    },
 }
 
 impl Decision {
     pub fn reason(&self) -> &str {
         match self {
-            Decision::Allow { reason } | Decision::Ask { reason } | Decision::Deny { reason } => {
-                reason
-            }
+            Decision::Allow { reason }
+            | Decision::Ask { reason, .. }
+            | Decision::Deny { reason } => reason,
         }
+    }
+
+    /// An ask that `--yes` does not approve.
+    pub fn person_only(&self) -> bool {
+        matches!(
+            self,
+            Decision::Ask {
+                person_only: true,
+                ..
+            }
+        )
     }
 
     pub fn label(&self) -> &'static str {
@@ -138,42 +159,17 @@ enum Spec {
     Glob {
         matcher: GlobMatcher,
         basename: bool,
+        /// The specifier as written.
+        text: String,
     },
     /// `domain:docs.rs`: the host `docs.rs` and its subdomains; `domain:*.docs.rs`: only the
     /// subdomains (`fetch_url_content`).
     Domain { name: String, subdomains_only: bool },
 }
 
-/// Paths inside the workspace that are not written without approval: version-control
-/// internals and hooks (code execution), editor and agent configuration, CI definitions,
-/// environment files. Configurable as `policy.protected`.
-pub const DEFAULT_PROTECTED: &[&str] = &[
-    ".git",
-    ".git/**",
-    ".gitattributes",
-    ".gitmodules",
-    ".husky/**",
-    ".pre-commit-config.yaml",
-    ".github/workflows/**",
-    ".gitlab-ci.yml",
-    ".continue/**",
-    ".vscode/**",
-    ".idea/**",
-    ".claude/**",
-    ".cursor/**",
-    ".zed/**",
-    ".devcontainer/**",
-    "*.code-workspace",
-    ".editorconfig",
-    "AGENTS.md",
-    "CLAUDE.md",
-    ".cursorrules",
-    ".windsurfrules",
-    ".clinerules",
-    ".github/copilot-instructions.md",
-    ".env*",
-    ".envrc",
-];
+pub mod protect;
+
+pub use protect::{DEFAULT_PROTECTED, Protected};
 
 /// The compiled policy.
 #[derive(Debug, Clone)]
@@ -183,12 +179,12 @@ pub struct Policy {
     /// What an otherwise allowed command becomes when no sandbox is available.
     unsandboxed: Level,
     levels: BTreeMap<String, Level>,
-    /// `(pattern, matcher, matches the file name alone)`.
-    protected: Vec<(String, GlobMatcher, bool)>,
+    protected: Protected,
     deny: Vec<Rule>,
     ask: Vec<Rule>,
     allow: Vec<Rule>,
-    /// From "always allow" answers: above `ask` and protected paths, below `deny`.
+    /// From "always allow" answers: above `ask`, below `deny` and protected paths (unless the
+    /// saved rule names the protected path).
     approved: Vec<Rule>,
 }
 
@@ -265,14 +261,7 @@ impl Policy {
                 })
                 .collect()
         };
-        let mut protected = Vec::new();
-        for (i, p) in cfg.protected.iter().enumerate() {
-            let glob = GlobBuilder::new(p)
-                .literal_separator(true)
-                .build()
-                .map_err(|e| format!("policy.protected[{i}] {p:?} is not a glob: {e}"))?;
-            protected.push((p.clone(), glob.compile_matcher(), !p.contains('/')));
-        }
+        let protected = Protected::new(&cfg.protected)?;
         Ok(Policy {
             commands,
             unsandboxed: cfg.unsandboxed,
@@ -368,6 +357,7 @@ impl Policy {
             },
             Verdict::Ask => Decision::Ask {
                 reason: a.reason.clone(),
+                person_only: false,
             },
             Verdict::Deny => Decision::Deny {
                 reason: a.reason.clone(),
@@ -376,29 +366,25 @@ impl Policy {
         (decision, a)
     }
 
-    /// The first written target that is a protected path, with the pattern it matches.
-    fn protected_match(&self, targets: &[Target]) -> Option<(String, String)> {
-        for t in targets {
-            let Target::Path { path, access } = t else {
-                continue;
-            };
-            if !access.writes() {
-                continue;
-            }
-            let rel = path.rel();
-            for (pattern, m, basename) in &self.protected {
-                let by_name = *basename && rel.file_name().is_some_and(|n| m.is_match(n));
-                if m.is_match(rel) || by_name {
-                    return Some((path.display(), pattern.clone()));
-                }
-            }
-        }
-        None
+    /// The first written target that is a protected path, with what it matches.
+    fn protected_match(&self, targets: &[Target]) -> Option<(String, protect::Hit)> {
+        targets.iter().find_map(|t| match t {
+            Target::Path { path, access } if access.writes() => self
+                .protected
+                .check(path.rel())
+                .map(|hit| (path.display(), hit)),
+            _ => None,
+        })
     }
 
     /// The protected-path patterns, for `toolpilot tools`.
     pub fn protected(&self) -> Vec<String> {
-        self.protected.iter().map(|(p, _, _)| p.clone()).collect()
+        self.protected.patterns()
+    }
+
+    /// The protected-path list, for the checks around commands.
+    pub fn protected_paths(&self) -> &Protected {
+        &self.protected
     }
 
     /// Rules that mention a tool, for `toolpilot tools`.
@@ -451,6 +437,33 @@ impl Policy {
                 reason: format!("denied by {}", r.source),
             };
         }
+        if let Some((path, hit)) = self.protected_match(targets) {
+            // Only a rule that names the protected path itself allows writing it: a person
+            // wrote that rule (or answered "always" for exactly that file).
+            let naming = self
+                .approved
+                .iter()
+                .chain(&self.allow)
+                .find(|r| r.matches_all(tool, targets) && r.names(&hit));
+            if let Some(r) = naming {
+                return Decision::Allow {
+                    reason: format!(
+                        "allowed by {}, which names the protected path {path}",
+                        r.source
+                    ),
+                };
+            }
+            return Decision::Ask {
+                reason: format!(
+                    "writing {path} needs a person's approval: it matches the protected path \
+                     `{}` (policy.protected), which holds code or settings that run outside \
+                     the sandbox; --yes and allow rules that do not name the path do not \
+                     approve it",
+                    hit.pattern
+                ),
+                person_only: true,
+            };
+        }
         if let Some(r) = self.approved.iter().find(|r| r.matches_all(tool, targets)) {
             return Decision::Allow {
                 reason: format!(
@@ -459,17 +472,10 @@ impl Policy {
                 ),
             };
         }
-        if let Some((path, pattern)) = self.protected_match(targets) {
-            return Decision::Ask {
-                reason: format!(
-                    "writing {path} requires approval: it matches the protected path `{pattern}` \
-                     (policy.protected)"
-                ),
-            };
-        }
         if let Some(r) = self.ask.iter().find(|r| r.matches_any(tool, targets)) {
             return Decision::Ask {
                 reason: format!("{} requires approval", r.source),
+                person_only: false,
             };
         }
         if let Some(r) = self.allow.iter().find(|r| r.matches_all(tool, targets)) {
@@ -486,6 +492,7 @@ impl Policy {
             Level::Allow => Decision::Allow { reason: source },
             _ => Decision::Ask {
                 reason: format!("{source} requires approval"),
+                person_only: false,
             },
         }
     }
@@ -504,7 +511,9 @@ impl Rule {
                 };
                 return domain_matches(host, name, *subdomains_only);
             }
-            Some(Spec::Glob { matcher, basename }) => (matcher, *basename),
+            Some(Spec::Glob {
+                matcher, basename, ..
+            }) => (matcher, *basename),
         };
         match target {
             Target::Path { path, .. } => {
@@ -515,6 +524,14 @@ impl Rule {
             Target::Pattern(p) => matcher.is_match(p),
             Target::Command { line, .. } => matcher.is_match(line),
             Target::Url { url, .. } => matcher.is_match(url),
+        }
+    }
+
+    /// Whether the rule's specifier names a protected path (see [`protect::Hit::named_by`]).
+    fn names(&self, hit: &protect::Hit) -> bool {
+        match &self.spec {
+            Some(Spec::Glob { text, .. }) => hit.named_by(text),
+            _ => false,
         }
     }
 
@@ -624,6 +641,7 @@ fn parse_rule(text: &str) -> Result<(String, Option<Spec>), String> {
             Some(Spec::Glob {
                 matcher: glob.compile_matcher(),
                 basename: !anchored && !glob_text.contains('/'),
+                text: s.to_string(),
             })
         }
     };
@@ -859,8 +877,22 @@ mod tests {
             );
             format!("{}: {}", d.label(), d.reason())
         };
-        assert!(write("edit_existing_file", ".git/hooks/pre-commit", Access::Edit)
-            .starts_with("ask: writing .git/hooks/pre-commit requires approval: it matches the protected path `.git/**`"));
+        assert!(
+            write("edit_existing_file", ".git/hooks/pre-commit", Access::Edit).starts_with(
+                "ask: writing .git/hooks/pre-commit needs a person's approval: it matches the \
+                 protected path `**/.git/**`"
+            )
+        );
+        for spelling in [
+            ".GIT/hooks/pre-commit",
+            ".g\u{200c}it/config",
+            "git~1/hooks/x",
+        ] {
+            assert!(
+                write("create_new_file", spelling, Access::Write).starts_with("ask:"),
+                "{spelling}"
+            );
+        }
         assert!(
             write("create_new_file", ".github/workflows/ci.yml", Access::Write).starts_with("ask:")
         );
@@ -877,6 +909,54 @@ mod tests {
         assert!(write("create_new_file", "src/new.rs", Access::Write).starts_with("allow:"));
         // Reading a protected path is not affected.
         assert!(write("read_file", ".vscode/launch.json", Access::Read).starts_with("allow:"));
+        // Only a person may approve, unless a rule names the protected path itself; saved
+        // "always allow" rules rank below protected paths unless they name them too.
+        let d = p.decide(
+            "create_new_file",
+            &[Target::Path {
+                path: ws.resolve(".vscode/tasks.json").unwrap(),
+                access: Access::Write,
+            }],
+            &ws,
+        );
+        assert!(d.person_only(), "{d:?}");
+        let mut cfg = PolicyConfig {
+            tools: [("create_new_file".to_string(), Level::Allow)].into(),
+            allow: vec![
+                "create_new_file(**)".into(),
+                "create_new_file(.vscode/tasks.json)".into(),
+            ],
+            approved: vec![
+                "create_new_file(/config)".into(),
+                "create_new_file(*.json)".into(),
+            ],
+            protected: DEFAULT_PROTECTED.iter().map(|s| s.to_string()).collect(),
+            ..PolicyConfig::default()
+        };
+        let named = Policy::new(&cfg).unwrap();
+        let decide = |p: &Policy, raw: &str| {
+            let d = p.decide(
+                "create_new_file",
+                &[Target::Path {
+                    path: ws.resolve(raw).unwrap(),
+                    access: Access::Write,
+                }],
+                &ws,
+            );
+            format!("{}: {}", d.label(), d.reason())
+        };
+        assert!(decide(&named, ".vscode/tasks.json").starts_with(
+            "allow: allowed by policy.allow[1] `create_new_file(.vscode/tasks.json)`, which names"
+        ),);
+        assert!(decide(&named, ".vscode/settings.json").starts_with("ask:"));
+        assert!(
+            decide(&named, ".git/config").starts_with("ask:"),
+            "`/config` does not name .git"
+        );
+        assert!(decide(&named, "config").starts_with("allow: allowed by an earlier"));
+        cfg.approved.push("create_new_file(/.git/config)".into());
+        let named = Policy::new(&cfg).unwrap();
+        assert!(decide(&named, ".git/config").starts_with("allow: allowed by policy.approved[2]"));
     }
 
     #[test]

@@ -310,8 +310,9 @@ pub async fn policy_check(State(state): State<AppState>, body: Bytes) -> Respons
         command,
         engine.terminal.sandboxed(),
     );
-    let approved =
-        matches!(decision, crate::policy::Decision::Ask { .. }) && engine.config.agent.approve_asks;
+    let approved = matches!(decision, crate::policy::Decision::Ask { .. })
+        && !decision.person_only()
+        && engine.config.agent.approve_asks;
     let body = json!({
         "command": command,
         "decision": decision.label(),

@@ -1,10 +1,12 @@
 //! Everything `run_terminal_command` needs: the command rules, the sandbox, execution,
-//! background jobs, the environment commands get, and the protection of git hooks and config.
+//! background jobs, the environment commands get, and the protected paths around commands
+//! (`guard`).
 //!
 //! Only the supervisor (`sandbox.rs`) and `exec.rs` start processes; the policy calls into
 //! `rules.rs` (pure).
 
 pub mod exec;
+pub mod guard;
 pub mod jobs;
 pub mod parse;
 pub mod rules;
@@ -25,10 +27,17 @@ pub struct Terminal {
     scrub: Vec<String>,
     /// Folder for private temporary folders and the command cache.
     state: PathBuf,
+    /// What commands a person did not approve may not create or change.
+    pub protected: crate::policy::Protected,
 }
 
 impl Terminal {
-    pub fn new(config: TerminalConfig, secret_vars: Vec<String>, state: PathBuf) -> Terminal {
+    pub fn new(
+        config: TerminalConfig,
+        secret_vars: Vec<String>,
+        state: PathBuf,
+        protected: crate::policy::Protected,
+    ) -> Terminal {
         let sandbox = if config.sandbox {
             sandbox::detect()
         } else {
@@ -47,6 +56,7 @@ impl Terminal {
             sandbox,
             scrub,
             state,
+            protected,
         }
     }
 
@@ -175,74 +185,6 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
     true
 }
 
-/// The contents of `.git/hooks` and `.git/config`, to put back if a command changes them.
-/// Landlock cannot exclude a subfolder from a writable tree, so these stay read-only by being
-/// restored after every command (and the change is reported).
-#[derive(Debug, Default)]
-pub struct GitGuard {
-    files: BTreeMap<PathBuf, Option<Vec<u8>>>,
-    hooks: PathBuf,
-}
-
-const MAX_GUARDED: usize = 256;
-
-impl GitGuard {
-    pub fn capture(workspace: &Path) -> GitGuard {
-        let git = workspace.join(".git");
-        let hooks = git.join("hooks");
-        let mut files = BTreeMap::new();
-        files.insert(git.join("config"), std::fs::read(git.join("config")).ok());
-        if let Ok(dir) = std::fs::read_dir(&hooks) {
-            for e in dir.flatten().take(MAX_GUARDED) {
-                let p = e.path();
-                if p.is_file() {
-                    files.insert(p.clone(), std::fs::read(&p).ok());
-                }
-            }
-        }
-        GitGuard { files, hooks }
-    }
-
-    /// Puts back anything a command changed; returns what it had changed.
-    pub fn restore(&self, workspace: &Path) -> Vec<String> {
-        let mut changed = Vec::new();
-        let rel = |p: &Path| {
-            p.strip_prefix(workspace)
-                .unwrap_or(p)
-                .to_string_lossy()
-                .into_owned()
-        };
-        for (path, before) in &self.files {
-            let now = std::fs::read(path).ok();
-            if &now != before {
-                changed.push(rel(path));
-                match before {
-                    Some(bytes) => {
-                        let _ = std::fs::write(path, bytes);
-                    }
-                    None => {
-                        let _ = std::fs::remove_file(path);
-                    }
-                }
-            }
-        }
-        if let Ok(dir) = std::fs::read_dir(&self.hooks) {
-            for e in dir.flatten().take(MAX_GUARDED) {
-                let p = e.path();
-                if !self.files.contains_key(&p) {
-                    changed.push(rel(&p));
-                    if p.is_dir() {
-                        let _ = std::fs::remove_dir_all(&p);
-                    } else {
-                        let _ = std::fs::remove_file(&p);
-                    }
-                }
-            }
-        }
-        changed
-    }
-}
-
 /// Seconds, for messages.
 pub fn secs(d: Duration) -> String {
     let s = d.as_secs_f64();
@@ -264,25 +206,5 @@ mod tests {
         assert!(glob_match("AWS_SESSION_TOKEN", "AWS_SESSION_TOKEN"));
         assert!(!glob_match("*_TOKEN", "TOKENS"));
         assert!(!glob_match("*_API_KEY", "PATH"));
-    }
-
-    #[test]
-    fn git_guard_restores_hooks_and_config() {
-        let tmp = tempfile::tempdir().unwrap();
-        let ws = tmp.path();
-        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
-        std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
-        std::fs::write(ws.join(".git/hooks/pre-commit.sample"), "sample").unwrap();
-        let g = GitGuard::capture(ws);
-        std::fs::write(ws.join(".git/config"), "[core]\n\thooksPath = /tmp\n").unwrap();
-        std::fs::write(ws.join(".git/hooks/pre-commit"), "evil").unwrap();
-        let changed = g.restore(ws);
-        assert_eq!(changed, [".git/config", ".git/hooks/pre-commit"]);
-        assert_eq!(
-            std::fs::read_to_string(ws.join(".git/config")).unwrap(),
-            "[core]\n"
-        );
-        assert!(!ws.join(".git/hooks/pre-commit").exists());
-        assert!(g.restore(ws).is_empty());
     }
 }

@@ -17,36 +17,84 @@ use crate::config::PolicyConfig;
 use crate::openai::ToolCall;
 use crate::policy::{Decision, Level, Policy};
 
+/// Who let a call run. Commands that only the policy or `--yes` let run keep protected paths
+/// read-only; a person's answer lifts that for the call they approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// The policy allows it (rules, defaults, saved "always allow" answers).
+    Policy,
+    /// `--yes` approved an `ask`.
+    Yes,
+    /// A person answered this very call.
+    Person,
+}
+
+tokio::task_local! {
+    static GRANT: Grant;
+}
+
+/// How the call now running was let through (inside a tool's job; [`Grant::Policy`] outside).
+pub fn current_grant() -> Grant {
+    GRANT.try_with(|g| *g).unwrap_or(Grant::Policy)
+}
+
 /// How a call the policy asks about was resolved.
 #[derive(Debug, Clone)]
 pub enum Approval {
     /// Run it; the text says who approved (for the log).
-    Approved(String),
+    Approved(String, Grant),
     /// Do not run it: the tool message for the model, and how the call ended.
     Refused(String, Status),
 }
 
 /// Resolves calls whose policy decision is `ask` (see `agent` for the approvers a run uses).
 pub trait Approver: Send + Sync {
+    /// `ask` is the policy's reason and whether only a person may approve.
     fn approve<'a>(
         &'a self,
         call: &'a ToolCall,
-        reason: &'a str,
+        ask: &'a Ask,
         targets: &'a [Target],
     ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>>;
 }
 
-/// Approves everything (`--yes`).
+/// Why a call needs approval, as the approver gets it.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    pub reason: String,
+    /// `--yes` does not approve it (a protected path, a secret read by a command).
+    pub person_only: bool,
+}
+
+/// The refusal `--yes` gives a call that only a person may approve.
+pub fn person_only_refusal(call: &ToolCall, reason: &str) -> Approval {
+    Approval::Refused(
+        format!(
+            "{} was not run: {reason}. --yes never approves this; a person can approve the call \
+             in the console or through /v1/approvals, or allow it with a rule that names the \
+             path (policy.allow). Continue without it, or tell the user what you wanted to do \
+             and why.",
+            call.name
+        ),
+        Status::NeedsApproval,
+    )
+}
+
+/// Approves every ordinary `ask` (`--yes`); refuses the ones only a person may approve.
 pub struct ApproveAll;
 
 impl Approver for ApproveAll {
     fn approve<'a>(
         &'a self,
-        _: &'a ToolCall,
-        _: &'a str,
+        call: &'a ToolCall,
+        ask: &'a Ask,
         _: &'a [Target],
     ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
-        Box::pin(std::future::ready(Approval::Approved("--yes".into())))
+        Box::pin(std::future::ready(if ask.person_only {
+            person_only_refusal(call, &ask.reason)
+        } else {
+            Approval::Approved("--yes".into(), Grant::Yes)
+        }))
     }
 }
 
@@ -57,9 +105,10 @@ impl Approver for NoApprover {
     fn approve<'a>(
         &'a self,
         call: &'a ToolCall,
-        reason: &'a str,
+        ask: &'a Ask,
         _: &'a [Target],
     ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
+        let reason = &ask.reason;
         Box::pin(std::future::ready(Approval::Refused(
             format!(
                 "{} was not run: it needs the user's approval ({reason}), and nobody can \
@@ -146,8 +195,10 @@ impl HopGate {
         let same_host = matches!(target, Target::Url { host, .. } if host == from_host);
         match decision {
             Decision::Allow { .. } => Ok(()),
-            Decision::Ask { .. } if self.approve_asks || same_host => Ok(()),
-            Decision::Ask { reason } => Err(format!(
+            Decision::Ask {
+                person_only: false, ..
+            } if self.approve_asks || same_host => Ok(()),
+            Decision::Ask { reason, .. } => Err(format!(
                 "it is on another host, which needs its own approval ({reason}). To read it, \
                  call {tool} with that URL"
             )),
@@ -265,9 +316,9 @@ impl Registry {
         )
     }
 
-    /// When the policy asks about a call: the reason, and the rules that would allow such
-    /// calls ("always").
-    pub fn ask_of(&self, call: &ToolCall, env: &ToolEnv) -> Option<(String, Vec<String>)> {
+    /// When the policy asks about a call: the reason, whether only a person may approve it,
+    /// and the rules that would allow such calls ("always").
+    pub fn ask_of(&self, call: &ToolCall, env: &ToolEnv) -> Option<(String, bool, Vec<String>)> {
         let tool = self.get(&call.name)?;
         let args = Args::parse(&call.arguments).ok()?;
         let invocation = tool.prepare(&args, env).ok()?;
@@ -275,8 +326,12 @@ impl Registry {
             .policy()
             .decide(&call.name, &invocation.targets, &env.workspace)
         {
-            Decision::Ask { reason } => Some((
+            Decision::Ask {
                 reason,
+                person_only,
+            } => Some((
+                reason,
+                person_only,
                 crate::approvals::rules_for(&call.name, &invocation.targets),
             )),
             _ => None,
@@ -338,6 +393,7 @@ impl Registry {
         let decision = self
             .policy()
             .decide(name, &invocation.targets, &env.workspace);
+        let mut grant = Grant::Policy;
         tracing::info!(
             tool = name,
             call_id = %call.id,
@@ -355,10 +411,18 @@ impl Registry {
                     Status::Denied,
                 );
             }
-            Decision::Ask { reason } => {
-                match approver.approve(call, &reason, &invocation.targets).await {
-                    Approval::Approved(by) => {
+            Decision::Ask {
+                reason,
+                person_only,
+            } => {
+                let ask = Ask {
+                    reason,
+                    person_only,
+                };
+                match approver.approve(call, &ask, &invocation.targets).await {
+                    Approval::Approved(by, g) => {
                         tracing::info!(tool = name, call_id = %call.id, by = %by, "approved");
+                        grant = g;
                     }
                     Approval::Refused(text, status) => {
                         tracing::info!(tool = name, call_id = %call.id, status = status.label(), "not approved");
@@ -369,7 +433,7 @@ impl Registry {
             Decision::Allow { .. } => {}
         }
         let result = tokio::select! {
-            r = invocation.job => r,
+            r = GRANT.scope(grant, invocation.job) => r,
             _ = env.cancel.cancelled() => Err(ToolError::Failed("cancelled".into())),
         };
         match result {

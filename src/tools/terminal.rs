@@ -5,7 +5,9 @@
 //! by the wall-clock and idle timeouts, with its output capped (head and tail kept, ANSI
 //! removed); the result always says how it ended, with the exit code and duration. Around it,
 //! the workspace is snapshotted so the run's checkpoint covers what the command changed, and
-//! `.git/hooks` and `.git/config` are put back if the command changed them.
+//! protected paths are held (`terminal::guard`): a command a person did not approve gets the
+//! existing ones read-only where the kernel can, and what it changed or created there anyway is
+//! put back or removed; a person-approved command's changes to them go into the checkpoint.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +19,10 @@ use super::{Invocation, Target, Tool, ToolEnv, ToolError};
 use crate::checkpoint::tree::Shadow;
 use crate::policy::{Level, reference_default};
 use crate::terminal::exec::{self, Ended};
+use crate::terminal::guard::{Guard, Report};
 use crate::terminal::jobs::JobState;
-use crate::terminal::{GitGuard, secs};
+use crate::terminal::secs;
+use crate::tools::registry::{Grant, current_grant};
 
 pub struct RunTerminalCommand;
 pub struct CheckBackgroundJob;
@@ -70,6 +74,59 @@ async fn snapshot(shadow: &Shadow) -> Result<String, String> {
     tokio::task::spawn_blocking(move || s.snapshot())
         .await
         .map_err(|e| e.to_string())?
+}
+
+/// Scans the protected paths before a command (off the async threads). `None` (with a warning)
+/// when the scan cannot start; the command then runs with nothing held and the result says so.
+async fn capture_guard(env: &ToolEnv) -> Result<Guard, String> {
+    let root = env.workspace.root().to_path_buf();
+    let term = Arc::clone(&env.terminal);
+    tokio::task::spawn_blocking(move || Guard::capture(&root, &term.protected))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot scan the workspace for protected paths: {e}"))
+}
+
+/// After a command: puts protected paths back (`held`), or records a person-approved
+/// command's changes to them in the checkpoint. Returns the note for the model.
+fn settle_guard(env: &ToolEnv, guard: &Guard, held: bool) -> String {
+    let protected = &env.terminal.protected;
+    if held {
+        let report = guard.finish(protected);
+        if !report.is_empty() {
+            tracing::warn!(removed = ?report.removed, restored = ?report.restored, kept = ?report.kept, "a command touched protected paths");
+        }
+        return report.note();
+    }
+    let mut failed = Vec::new();
+    for change in guard.changes(protected) {
+        let Ok(wp) = env.workspace.recorded(&change.path) else {
+            continue;
+        };
+        let after = env
+            .workspace
+            .read_for_edit(&wp, &change.path)
+            .ok()
+            .map(|snap| crate::checkpoint::sha1(&snap.bytes));
+        let before = change
+            .before
+            .as_ref()
+            .map(|(b, m)| (b.as_slice(), 0o100000 | *m));
+        if let Err(e) = env
+            .checkpoint
+            .tree_change(&change.path, before, after.as_deref())
+        {
+            failed.push(format!("{} ({e})", change.path));
+        }
+    }
+    if failed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\n[Changes of protected paths could not be recorded for undo: {}]",
+            failed.join(", ")
+        )
+    }
 }
 
 /// Records what changed between two snapshots in the run's checkpoint; returns a summary.
@@ -148,7 +205,8 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
     } else {
         None
     };
-    let guard = GitGuard::capture(&root);
+    let held = current_grant() != Grant::Person;
+    let guard = capture_guard(env).await;
     let tmp = term
         .temp_dir()
         .map_err(|e| ToolError::Failed(format!("cannot create a temporary folder: {e}")))?;
@@ -170,7 +228,14 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
         .unwrap_or_default();
     drop(running);
     let _ = std::fs::remove_dir_all(&tmp);
-    let restored = guard.restore(&root);
+    let guard_note = match &guard {
+        Ok(g) => settle_guard(env, g, held),
+        Err(e) => Report {
+            incomplete: Some(e.clone()),
+            ..Report::default()
+        }
+        .note(),
+    };
     if ended == Ended::Cancelled {
         return Err(ToolError::Failed("cancelled".into()));
     }
@@ -205,15 +270,7 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
             ));
         }
     }
-    if !restored.is_empty() {
-        tracing::warn!(files = ?restored, "a command changed git hooks or config; restored");
-        out.push_str(&format!(
-            "\n[The command changed {}; toolpilot restored {}: commands may not change git hooks \
-             or git configuration.]",
-            restored.join(", "),
-            if restored.len() == 1 { "it" } else { "them" }
-        ));
-    }
+    out.push_str(&guard_note);
     match before {
         Some(Ok(b)) => match snapshot(&env.shadow).await {
             Ok(a) => {
@@ -250,7 +307,8 @@ async fn background(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
     } else {
         None
     };
-    let guard = GitGuard::capture(&root);
+    let held = current_grant() != Grant::Person;
+    let guard = capture_guard(env).await;
     let tmp = term
         .temp_dir()
         .map_err(|e| ToolError::Failed(format!("cannot create a temporary folder: {e}")))?;
@@ -258,21 +316,28 @@ async fn background(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
     let running = exec::start(&req)
         .map_err(|e| ToolError::Failed(format!("cannot start the command ({e})")))?;
     let end_env = env.clone();
-    let end_root = root.clone();
-    let job = term.jobs.spawn(command, &env.run_id, running, term.config.job_timeout, move || {
-        let _ = std::fs::remove_dir_all(&tmp);
-        let restored = guard.restore(&end_root);
-        if !restored.is_empty() {
-            tracing::warn!(files = ?restored, "a background job changed git hooks or config; restored");
-        }
-        if let Some(b) = before {
-            if let Ok(a) = end_env.shadow.snapshot() {
-                if let Err(e) = record_changes(&end_env, &b, &a) {
-                    tracing::warn!(error = %e, "cannot record a background job's changes");
+    let job = term.jobs.spawn(
+        command,
+        &env.run_id,
+        running,
+        term.config.job_timeout,
+        move || {
+            let _ = std::fs::remove_dir_all(&tmp);
+            if let Ok(g) = &guard {
+                let note = settle_guard(&end_env, g, held);
+                if !note.is_empty() {
+                    tracing::warn!(note = %note.trim(), "a background job touched protected paths");
                 }
             }
-        }
-    });
+            if let Some(b) = before {
+                if let Ok(a) = end_env.shadow.snapshot() {
+                    if let Err(e) = record_changes(&end_env, &b, &a) {
+                        tracing::warn!(error = %e, "cannot record a background job's changes");
+                    }
+                }
+            }
+        },
+    );
     // Give it a moment, to report a command that fails at once.
     for _ in 0..20 {
         if job.state() != JobState::Running {

@@ -8,6 +8,7 @@
 //! one between a check and an open, is refused by the kernel rather than by a string test.
 //! Nothing here decides *whether* an access is allowed; that is `policy`'s job.
 
+pub mod names;
 pub mod walk;
 pub mod write;
 
@@ -97,6 +98,8 @@ pub struct Workspace {
     dir: Dir,
     home: Option<PathBuf>,
     sensitive: Gitignore,
+    /// The literal names of the sensitive patterns, for reading 8.3 short names.
+    sensitive_names: Vec<String>,
     /// One lock per edited file (see `write.rs`).
     locks:
         std::sync::Mutex<std::collections::HashMap<PathBuf, std::sync::Arc<std::sync::Mutex<()>>>>,
@@ -184,7 +187,16 @@ impl Workspace {
         }
         let dir = Dir::open_ambient_dir(&root, ambient_authority())?;
         let mut builder = GitignoreBuilder::new("");
+        builder
+            .case_insensitive(true)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let mut sensitive_names: Vec<String> = Vec::new();
         for p in sensitive_patterns {
+            for n in names::literal_names(p.trim_end_matches('/')) {
+                if !sensitive_names.contains(&n) {
+                    sensitive_names.push(n);
+                }
+            }
             builder.add_line(None, p).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -202,6 +214,7 @@ impl Workspace {
             dir,
             home,
             sensitive,
+            sensitive_names,
             locks: Default::default(),
         })
     }
@@ -369,16 +382,58 @@ impl Workspace {
         self.dir.open_dir(&p.rel).map_err(|e| self.io_error(raw, e))
     }
 
-    /// Where `p` really is when it goes through in-workspace symbolic links (`link` →
-    /// `.env`): the policy must judge that path too, or a link would be a way around the
-    /// sensitive-file list and deny rules. `None` when `p` does not exist, involves no link,
-    /// or leads outside (opening it is refused anyway).
+    /// Where `p` really is when it goes through symbolic links (`link` → `.env`, or
+    /// `docs/v/tasks.json` where `docs/v` → `.vscode`): the policy must judge that path too, or
+    /// a link would be a way around the sensitive-file list, deny rules and protected paths.
+    /// Every link along the path is resolved, also when the path does not exist yet (the
+    /// deepest existing ancestor is resolved and the rest appended, as a write would create
+    /// it). `None` when no link is involved, or the path leads outside (opening it is refused
+    /// anyway).
     pub fn real_path(&self, p: &WorkspacePath) -> Option<WorkspacePath> {
         if p.is_root() {
             return None;
         }
-        let real = std::fs::canonicalize(self.root.join(&p.rel)).ok()?;
-        let rel = real.strip_prefix(&self.root).ok()?;
+        let mut pending: std::collections::VecDeque<std::ffi::OsString> = p
+            .rel
+            .components()
+            .map(|c| c.as_os_str().to_os_string())
+            .collect();
+        let mut cur = self.root.clone();
+        let mut links = 0;
+        while let Some(name) = pending.pop_front() {
+            if name == ".." {
+                cur.pop();
+                continue;
+            }
+            if name == "." {
+                continue;
+            }
+            let next = cur.join(&name);
+            match std::fs::symlink_metadata(&next) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    links += 1;
+                    if links > 40 {
+                        return None;
+                    }
+                    let target = std::fs::read_link(&next).ok()?;
+                    if target.is_absolute() {
+                        cur = PathBuf::from("/");
+                    }
+                    for c in target.components().rev() {
+                        match c {
+                            Component::Normal(n) => pending.push_front(n.to_os_string()),
+                            Component::ParentDir => pending.push_front("..".into()),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => cur.push(&name),
+            }
+        }
+        if links == 0 {
+            return None;
+        }
+        let rel = cur.strip_prefix(&self.root).ok()?;
         (rel != p.rel && !rel.as_os_str().is_empty()).then(|| WorkspacePath {
             rel: rel.to_path_buf(),
         })
@@ -389,12 +444,19 @@ impl Workspace {
         p.is_root() || self.dir.metadata(&p.rel).is_ok_and(|m| m.is_dir())
     }
 
-    /// The sensitive-file pattern that matches this path, if any.
+    /// The sensitive-file pattern that matches this path, if any. Names are compared folded
+    /// (case, HFS+-ignored code points, NTFS trailing dots and 8.3 names: see [`names`]).
     pub fn sensitive_match(&self, p: &WorkspacePath, is_dir: bool) -> Option<String> {
-        if p.is_root() {
+        self.sensitive_rel(&p.rel, is_dir)
+    }
+
+    /// Like [`Workspace::sensitive_match`] for any relative path (a command's argument).
+    pub fn sensitive_rel(&self, rel: &Path, is_dir: bool) -> Option<String> {
+        let folded = names::fold_path(rel, &self.sensitive_names);
+        if folded.as_os_str().is_empty() {
             return None;
         }
-        match self.sensitive.matched_path_or_any_parents(&p.rel, is_dir) {
+        match self.sensitive.matched_path_or_any_parents(&folded, is_dir) {
             ignore::Match::Ignore(glob) => Some(glob.original().to_string()),
             _ => None,
         }
@@ -602,6 +664,25 @@ mod tests {
         assert_eq!(real("src/a.rs"), None);
         assert_eq!(real("link-out"), None);
         assert_eq!(real("nope.rs"), None);
+        // A path that does not exist yet is judged where a write would put it.
+        std::fs::create_dir_all(ws.root().join(".vscode")).unwrap();
+        symlink("../.vscode", ws.root().join("src/v")).unwrap();
+        assert_eq!(
+            real("src/v/tasks.json").as_deref(),
+            Some(".vscode/tasks.json")
+        );
+        assert_eq!(
+            real("src/v/new/x.json").as_deref(),
+            Some(".vscode/new/x.json")
+        );
+        symlink(ws.root().join(".vscode"), ws.root().join("abs-v")).unwrap();
+        assert_eq!(
+            real("abs-v/tasks.json").as_deref(),
+            Some(".vscode/tasks.json")
+        );
+        symlink("loop2", ws.root().join("loop1")).unwrap();
+        symlink("loop1", ws.root().join("loop2")).unwrap();
+        assert_eq!(real("loop1/x"), None);
         let p = ws.resolve("dir-out").unwrap();
         assert!(
             ws.open_dir(&p, "dir-out")
@@ -633,6 +714,10 @@ mod tests {
         assert_eq!(m("deploy/prod.env").as_deref(), Some("*.env"));
         assert_eq!(m("keys/server.txt").as_deref(), Some("keys/"));
         assert!(m("a/.ssh/id_rsa").is_some());
+        assert!(m(".ENV").is_some());
+        assert!(m(".e\u{200c}nv").is_some());
+        assert!(m("SSH~1/id_rsa").is_some());
+        assert!(m("Keys/a.txt").is_some());
         assert_eq!(m("src/main.rs"), None);
     }
 }

@@ -442,13 +442,19 @@ async fn protected_paths_need_approval() {
     )
     .await;
     let r = results(&s, 4).await;
-    assert!(r[0].contains("needs the user's approval (writing .git/config requires approval: it matches the protected path `.git/**`"), "{}", r[0]);
     assert!(
-        r[1].contains("protected path `.github/workflows/**`"),
+        r[0].contains(
+            "writing .git/config needs a person's approval: it matches the protected path `**/.git/**`"
+        ),
+        "{}",
+        r[0]
+    );
+    assert!(
+        r[1].contains("protected path `**/.github/workflows/**`"),
         "{}",
         r[1]
     );
-    assert!(r[2].contains("protected path `.vscode/**`"), "{}", r[2]);
+    assert!(r[2].contains("protected path `**/.vscode/**`"), "{}", r[2]);
     assert!(r[3].starts_with("Edited src/ok.txt"), "{}", r[3]);
     assert_eq!(read(&s, ".git/config"), "[core]\n");
     assert!(!s.path(".github").exists() && !s.path(".vscode").exists());

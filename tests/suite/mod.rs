@@ -9,6 +9,7 @@ mod edits;
 mod errors;
 mod policy;
 mod progress;
+mod protect;
 mod python_sdk;
 mod responses;
 mod rules;

@@ -308,7 +308,7 @@ async fn create_rule_block_writes_safe_well_formed_rules_and_never_overwrites() 
             {"text": "done"},
             {"text": "ok"}
         ]}))
-        .config("[policy.tools]\ncreate_rule_block = \"allow\"\n[prompt]\nsystem_message = true\n")
+        .config("[policy]\nallow = [\"create_rule_block(.continue/rules/**)\"]\n[policy.tools]\ncreate_rule_block = \"allow\"\n[prompt]\nsystem_message = true\n")
         .yes()
         .start()
         .await;
@@ -390,7 +390,9 @@ async fn create_rule_block_writes_to_a_protected_folder_only_with_approval() {
     )
     .await;
     assert!(
-        out[0].starts_with("create_rule_block was not run: it needs the user's approval"),
+        out[0].starts_with(
+            "create_rule_block was not run: writing .continue/rules/style.md needs a person's approval"
+        ),
         "{}",
         out[0]
     );

@@ -316,11 +316,11 @@ async fn the_sandbox_confines_writes_and_network() {
         "the sandboxed command reached the listener"
     );
     assert!(
-        res("hook").contains("toolpilot restored it: commands may not change git hooks"),
+        res("hook").contains("[Protected paths: toolpilot removed .git (created by the command)"),
         "{}",
         res("hook")
     );
-    assert!(!s.path(".git/hooks/pre-commit").exists());
+    assert!(!s.path(".git").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

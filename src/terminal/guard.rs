@@ -1,0 +1,843 @@
+//! Protected paths around a command: what it may not create or change, found before it runs,
+//! checked after it ends.
+//!
+//! Before a command, [`Guard::capture`] scans the workspace for protected entries (every
+//! path `policy.protected` matches, at any depth and in ignored folders too: a nested `.git`,
+//! `.vscode/tasks.json`, `.envrc`, …) and keeps the content of the small ones. Commands a person
+//! did not approve get the existing ones as read-only mounts where the kernel allows it (see
+//! `sandbox`); after the command, [`Guard::finish`] compares, puts back what changed, and
+//! removes protected entries the command created. Inside a git directory only its control
+//! files are held (config, hooks, info, `commondir`, `gitdir`, every file named `config`):
+//! objects, refs and the index are the repository's data, and the bulk folders are not even
+//! scanned.
+//!
+//! Everything here runs outside the sandbox, with the server's rights, on a tree the command
+//! could have rigged. So it never follows a symbolic link: the scan reads directories through
+//! handles opened with `O_NOFOLLOW`, and every change resolves its parent with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` and acts on the last name with `*at`
+//! calls that do not follow it. A link found where a protected file or folder was is removed,
+//! never written through.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use crate::policy::Protected;
+
+/// The largest protected file whose content is kept (and so can be put back).
+const MAX_SAVED_FILE: u64 = 1 << 20;
+/// The most content kept for one command.
+const MAX_SAVED_TOTAL: usize = 32 << 20;
+/// The most directory entries one scan looks at.
+const MAX_VISITED: usize = 2_000_000;
+/// Folders of a git directory that hold its data, not its control files: not scanned.
+const GIT_DATA: &[&str] = &["objects", "logs", "refs", "lfs", "rr-cache", "packed-refs"];
+/// A name under a folder that [`Protected`] is asked about, to tell whether the folder itself
+/// is a protected container (`.vscode`, `.github/workflows`).
+const PROBE: &str = ".toolpilot-probe";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Dir,
+    Link,
+    Other,
+}
+
+/// What identifies a version of an entry: a write changes its ctime, which no program can
+/// set back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    size: u64,
+    mode: u32,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    kind: Kind,
+    stamp: Stamp,
+    /// Must stay as it was (false for what git itself writes inside a git directory).
+    held: bool,
+    /// The content of a held file, when small enough to keep.
+    content: Option<Vec<u8>>,
+    /// The target of a link.
+    target: Option<Vec<u8>>,
+}
+
+/// The protected entries of a workspace at one moment.
+#[derive(Debug, Default)]
+struct Scan {
+    entries: BTreeMap<PathBuf, Entry>,
+    /// Why the scan did not see everything, if it did not.
+    incomplete: Option<String>,
+}
+
+/// What a command did to protected paths, and what was done about it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Created by the command and removed.
+    pub removed: Vec<String>,
+    /// Changed or deleted by the command and put back.
+    pub restored: Vec<String>,
+    /// Changed by the command and not put back, with why.
+    pub kept: Vec<String>,
+    /// Why the check did not cover everything.
+    pub incomplete: Option<String>,
+}
+
+impl Report {
+    pub fn is_empty(&self) -> bool {
+        self.removed.is_empty()
+            && self.restored.is_empty()
+            && self.kept.is_empty()
+            && self.incomplete.is_none()
+    }
+
+    /// The note for the model, after the command's output.
+    pub fn note(&self) -> String {
+        let mut out = String::new();
+        let list = |v: &[String]| {
+            let shown: Vec<&str> = v.iter().take(20).map(String::as_str).collect();
+            let more = v.len().saturating_sub(20);
+            if more > 0 {
+                format!("{} and {more} more", shown.join(", "))
+            } else {
+                shown.join(", ")
+            }
+        };
+        if !self.removed.is_empty() || !self.restored.is_empty() {
+            let mut did = Vec::new();
+            if !self.removed.is_empty() {
+                did.push(format!(
+                    "removed {} (created by the command)",
+                    list(&self.removed)
+                ));
+            }
+            if !self.restored.is_empty() {
+                did.push(format!(
+                    "restored {} (changed by the command)",
+                    list(&self.restored)
+                ));
+            }
+            out.push_str(&format!(
+                "\n[Protected paths: toolpilot {}. Commands that a person did not approve may not \
+                 create or change protected paths (git control files, hooks, editor and agent \
+                 settings: policy.protected), because what they hold runs later outside any \
+                 sandbox. If the change is needed, tell the user what to change and why.]",
+                did.join(" and ")
+            ));
+        }
+        if !self.kept.is_empty() {
+            out.push_str(&format!(
+                "\n[Protected paths changed by the command that toolpilot could not put back: {}. \
+                 Tell the user.]",
+                list(&self.kept)
+            ));
+        }
+        if let Some(why) = &self.incomplete {
+            out.push_str(&format!(
+                "\n[toolpilot could not check every protected path around this command: {why}]"
+            ));
+        }
+        out
+    }
+}
+
+/// A prior state of a protected file a person-approved command changed, for the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// Workspace-relative path.
+    pub path: String,
+    /// The content and mode before, `None` if the command created it. A file too large to
+    /// keep is not listed.
+    pub before: Option<(Vec<u8>, u32)>,
+}
+
+/// The protected entries of a workspace before a command.
+pub struct Guard {
+    root_fd: OwnedFd,
+    root: PathBuf,
+    before: Scan,
+}
+
+fn stamp_of(st: &rfs::Stat) -> Stamp {
+    Stamp {
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        mode: st.st_mode,
+        mtime: (st.st_mtime, st.st_mtime_nsec as i64),
+        ctime: (st.st_ctime, st.st_ctime_nsec as i64),
+    }
+}
+
+fn kind_of(mode: u32) -> Kind {
+    match FileType::from_raw_mode(mode) {
+        FileType::RegularFile => Kind::File,
+        FileType::Directory => Kind::Dir,
+        FileType::Symlink => Kind::Link,
+        _ => Kind::Other,
+    }
+}
+
+/// Opens a directory relative to `dir` without following a link.
+fn open_dir_at(dir: impl AsFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+    rfs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Reads a small regular file relative to `dir` without following a link, or blocking on a
+/// FIFO; `None` if it is larger than `limit`.
+fn read_small_at(dir: impl AsFd, name: &OsStr, limit: u64) -> Option<Vec<u8>> {
+    let fd = rfs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let st = rfs::fstat(&fd).ok()?;
+    if kind_of(st.st_mode) != Kind::File || st.st_size as u64 > limit {
+        return None;
+    }
+    let mut buf = vec![0u8; st.st_size as usize];
+    let mut got = 0;
+    while got < buf.len() {
+        match rustix::io::read(&fd, &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+    buf.truncate(got);
+    Some(buf)
+}
+
+/// Whether a path inside a git directory is one of its control files (the rest is data git
+/// writes as it works). `in_git` is the part below the `.git` folder.
+fn is_control(in_git: &[String]) -> bool {
+    let Some(name) = in_git.last() else {
+        return true; // the `.git` folder or file itself
+    };
+    matches!(
+        name.as_str(),
+        "config" | "config.worktree" | "commondir" | "gitdir"
+    ) || in_git[..in_git.len() - 1]
+        .iter()
+        .any(|c| c == "hooks" || c == "info")
+        || matches!(in_git[0].as_str(), "hooks" | "info") && in_git.len() == 1
+}
+
+struct Walker<'a> {
+    protected: &'a Protected,
+    scan: Scan,
+    visited: usize,
+    saved: usize,
+}
+
+impl Walker<'_> {
+    /// Scans `dir` (at `rel`, whose folded components are `folded`); `git` is the folded
+    /// part below the nearest `.git` folder, if inside one.
+    fn dir(&mut self, dir: &OwnedFd, rel: &Path, folded: &[String], git: Option<&[String]>) {
+        let mut entries = match rfs::Dir::read_from(dir) {
+            Ok(d) => d,
+            Err(e) => {
+                self.scan.incomplete.get_or_insert_with(|| {
+                    format!("cannot read the folder {}: {e}", rel.display())
+                });
+                return;
+            }
+        };
+        while let Some(next) = entries.read() {
+            let Ok(entry) = next else {
+                self.scan.incomplete.get_or_insert_with(|| {
+                    format!("cannot read the folder {} to the end", rel.display())
+                });
+                break;
+            };
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            self.visited += 1;
+            if self.visited > MAX_VISITED {
+                self.scan.incomplete.get_or_insert_with(|| {
+                    format!("the workspace has more than {MAX_VISITED} entries")
+                });
+                return;
+            }
+            let Ok(st) = rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                continue; // gone meanwhile
+            };
+            let kind = kind_of(st.st_mode);
+            let child_rel = rel.join(name);
+            let fname = self.protected.fold_component(&name.to_string_lossy());
+            let mut child_folded = folded.to_vec();
+            child_folded.push(fname.clone());
+            let folded_path: PathBuf = child_folded.iter().collect();
+            let child_git: Option<Vec<String>> = if fname == ".git" {
+                Some(Vec::new())
+            } else {
+                git.map(|g| {
+                    let mut g = g.to_vec();
+                    g.push(fname.clone());
+                    g
+                })
+            };
+            let protected = self.protected.check_folded(&folded_path).is_some()
+                || (kind == Kind::Dir
+                    && self
+                        .protected
+                        .check_folded(&folded_path.join(PROBE))
+                        .is_some());
+            if protected {
+                let held = match &child_git {
+                    Some(g) => is_control(g),
+                    None => true,
+                };
+                let content = if held && kind == Kind::File {
+                    let size = st.st_size as u64;
+                    if size <= MAX_SAVED_FILE && self.saved + size as usize <= MAX_SAVED_TOTAL {
+                        let c = read_small_at(dir, name, MAX_SAVED_FILE);
+                        if let Some(c) = &c {
+                            self.saved += c.len();
+                        }
+                        c
+                    } else {
+                        None
+                    }
+                } else {
+                    None
+                };
+                let target = (kind == Kind::Link)
+                    .then(|| rfs::readlinkat(dir, name, Vec::new()).ok())
+                    .flatten()
+                    .map(|c| c.into_bytes());
+                self.scan.entries.insert(
+                    child_rel.clone(),
+                    Entry {
+                        kind,
+                        stamp: stamp_of(&st),
+                        held,
+                        content,
+                        target,
+                    },
+                );
+            }
+            if kind != Kind::Dir {
+                continue;
+            }
+            if let Some(g) = &child_git {
+                if g.len() == 1 && GIT_DATA.contains(&g[0].as_str())
+                    || g.len() >= 3
+                        && g[g.len() - 3] == "modules"
+                        && GIT_DATA.contains(&g[g.len() - 1].as_str())
+                {
+                    continue; // the repository's data: nothing protected lives there
+                }
+            }
+            match open_dir_at(dir, name) {
+                Ok(sub) => self.dir(&sub, &child_rel, &child_folded, child_git.as_deref()),
+                Err(Errno::NOENT) | Err(Errno::LOOP) | Err(Errno::NOTDIR) => {}
+                Err(e) => {
+                    self.scan.incomplete.get_or_insert_with(|| {
+                        format!("cannot open the folder {}: {e}", child_rel.display())
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn scan(root_fd: &OwnedFd, protected: &Protected) -> Scan {
+    let mut w = Walker {
+        protected,
+        scan: Scan::default(),
+        visited: 0,
+        saved: 0,
+    };
+    w.dir(root_fd, Path::new(""), &[], None);
+    w.scan
+}
+
+/// Opens the parent folder of `rel` beneath the root, following no link on the way.
+fn open_parent(root_fd: &OwnedFd, rel: &Path) -> rustix::io::Result<OwnedFd> {
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    rfs::openat2(
+        root_fd,
+        parent,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+/// Removes whatever is at `name` in `dir` (a folder with all it holds), following no link.
+fn remove_at(dir: &OwnedFd, name: &OsStr) -> rustix::io::Result<()> {
+    let st = match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if kind_of(st.st_mode) != Kind::Dir {
+        return rfs::unlinkat(dir, name, AtFlags::empty());
+    }
+    let sub = open_dir_at(dir, name)?;
+    let mut names = Vec::new();
+    {
+        let mut d = rfs::Dir::read_from(&sub)?;
+        while let Some(e) = d.read() {
+            let e = e?;
+            let n = e.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(n.to_vec());
+            }
+        }
+    }
+    for n in names {
+        remove_at(&sub, OsStr::from_bytes(&n))?;
+    }
+    rfs::unlinkat(dir, name, AtFlags::REMOVEDIR)
+}
+
+/// Creates the missing folders of `rel` (not `rel` itself), following no link.
+fn make_parents(root_fd: &OwnedFd, rel: &Path) -> rustix::io::Result<()> {
+    let Some(parent) = rel.parent() else {
+        return Ok(());
+    };
+    let mut cur = PathBuf::new();
+    for c in parent.components() {
+        let name = c.as_os_str();
+        let dir = open_parent(root_fd, &cur.join(name))?;
+        match rfs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(e),
+        }
+        cur.push(name);
+    }
+    Ok(())
+}
+
+impl Guard {
+    /// Scans the workspace at `root` for protected entries.
+    pub fn capture(root: &Path, protected: &Protected) -> std::io::Result<Guard> {
+        let root_fd = rfs::open(
+            root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let before = scan(&root_fd, protected);
+        Ok(Guard {
+            root_fd,
+            root: root.to_path_buf(),
+            before,
+        })
+    }
+
+    /// The existing protected files and folders (the outermost ones), as absolute paths: what
+    /// a command a person did not approve gets read-only where the kernel can do that.
+    pub fn readonly_paths(&self) -> Vec<PathBuf> {
+        let mut outer: Vec<&Path> = Vec::new();
+        for (rel, e) in &self.before.entries {
+            if !matches!(e.kind, Kind::File | Kind::Dir) {
+                continue;
+            }
+            if outer.last().is_some_and(|last| rel.starts_with(last)) {
+                continue;
+            }
+            outer.push(rel);
+        }
+        outer.iter().map(|rel| self.root.join(rel)).collect()
+    }
+
+    /// How many protected entries the scan found (for the log).
+    pub fn len(&self) -> usize {
+        self.before.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.before.entries.is_empty()
+    }
+
+    /// After a command a person did not approve: puts back every held entry it changed or
+    /// deleted, and removes the protected entries it created.
+    pub fn finish(&self, protected: &Protected) -> Report {
+        let after = scan(&self.root_fd, protected);
+        let mut report = Report {
+            incomplete: self
+                .before
+                .incomplete
+                .clone()
+                .or_else(|| after.incomplete.clone()),
+            ..Report::default()
+        };
+        for (rel, b) in &self.before.entries {
+            if !b.held {
+                continue;
+            }
+            let a = after.entries.get(rel);
+            if a.is_some_and(|a| a.kind == b.kind && same(a, b)) {
+                continue;
+            }
+            let shown = rel.display().to_string();
+            match self.put_back(rel, b) {
+                Ok(()) => report.restored.push(shown),
+                Err(why) => report.kept.push(format!("{shown} ({why})")),
+            }
+        }
+        let mut removed: Vec<&PathBuf> = Vec::new();
+        for (rel, a) in &after.entries {
+            if self.before.entries.contains_key(rel) || !a.held {
+                continue;
+            }
+            if removed.iter().any(|r| rel.starts_with(r)) {
+                continue;
+            }
+            let shown = rel.display().to_string();
+            let result = open_parent(&self.root_fd, rel)
+                .and_then(|dir| remove_at(&dir, rel.file_name().unwrap_or_default()));
+            match result {
+                Ok(()) => {
+                    removed.push(rel);
+                    report.removed.push(shown);
+                }
+                Err(e) => report.kept.push(format!("{shown} (cannot remove it: {e})")),
+            }
+        }
+        report
+    }
+
+    /// After a command a person approved: what it changed among the held entries, with their
+    /// prior content, for the run's checkpoint (nothing is put back).
+    pub fn changes(&self, protected: &Protected) -> Vec<Change> {
+        let after = scan(&self.root_fd, protected);
+        let mut out = Vec::new();
+        for (rel, b) in &self.before.entries {
+            if !b.held || b.kind != Kind::File {
+                continue;
+            }
+            let changed = after
+                .entries
+                .get(rel)
+                .is_none_or(|a| a.kind != b.kind || !same(a, b));
+            if let (true, Some(content)) = (changed, &b.content) {
+                out.push(Change {
+                    path: rel.display().to_string(),
+                    before: Some((content.clone(), b.stamp.mode & 0o7777)),
+                });
+            }
+        }
+        for (rel, a) in &after.entries {
+            if a.held && a.kind == Kind::File && !self.before.entries.contains_key(rel) {
+                out.push(Change {
+                    path: rel.display().to_string(),
+                    before: None,
+                });
+            }
+        }
+        out
+    }
+
+    /// Puts one held entry back as it was.
+    fn put_back(&self, rel: &Path, b: &Entry) -> Result<(), String> {
+        let name = rel.file_name().unwrap_or_default();
+        make_parents(&self.root_fd, rel)
+            .map_err(|e| format!("cannot recreate its folder without following a link: {e}"))?;
+        let dir = open_parent(&self.root_fd, rel).map_err(|e| {
+            if e == Errno::LOOP || e == Errno::XDEV {
+                "a folder on its way is now a symbolic link, which toolpilot does not follow"
+                    .to_string()
+            } else {
+                format!("cannot open its folder: {e}")
+            }
+        })?;
+        let now = rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).ok();
+        let now_kind = now.as_ref().map(|st| kind_of(st.st_mode));
+        match b.kind {
+            Kind::Dir => {
+                if now_kind != Some(Kind::Dir) {
+                    remove_at(&dir, name)
+                        .map_err(|e| format!("cannot remove what replaced it: {e}"))?;
+                    rfs::mkdirat(&dir, name, Mode::from_raw_mode(b.stamp.mode & 0o7777))
+                        .map_err(|e| format!("cannot recreate it: {e}"))?;
+                }
+                Ok(())
+            }
+            Kind::File => {
+                let Some(content) = &b.content else {
+                    return Err(format!(
+                        "it is larger than {} MiB, so toolpilot kept no copy",
+                        MAX_SAVED_FILE >> 20
+                    ));
+                };
+                let tmp = format!(
+                    ".{}.toolpilot-{:08x}.tmp",
+                    name.to_string_lossy(),
+                    fastrand::u32(..)
+                );
+                let fd = rfs::openat(
+                    &dir,
+                    tmp.as_str(),
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(b.stamp.mode & 0o7777),
+                )
+                .map_err(|e| format!("cannot write it: {e}"))?;
+                let written = (|| -> rustix::io::Result<()> {
+                    let mut off = 0;
+                    while off < content.len() {
+                        off += rustix::io::write(&fd, &content[off..])?;
+                    }
+                    rfs::fchmod(&fd, Mode::from_raw_mode(b.stamp.mode & 0o7777))?;
+                    rfs::fsync(&fd)
+                })();
+                drop(fd);
+                let done = written.and_then(|()| {
+                    if now_kind == Some(Kind::Dir) {
+                        remove_at(&dir, name)?;
+                    }
+                    rfs::renameat(&dir, tmp.as_str(), &dir, name)
+                });
+                if let Err(e) = done {
+                    let _ = rfs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+                    return Err(format!("cannot write it: {e}"));
+                }
+                Ok(())
+            }
+            Kind::Link => {
+                let Some(target) = &b.target else {
+                    return Err("its link target is unknown".into());
+                };
+                remove_at(&dir, name)
+                    .map_err(|e| format!("cannot remove what replaced it: {e}"))?;
+                rfs::symlinkat(OsStr::from_bytes(target), &dir, name)
+                    .map_err(|e| format!("cannot recreate the link: {e}"))
+            }
+            Kind::Other => Err("it is not a file, folder or link".into()),
+        }
+    }
+}
+
+/// Whether two scans saw the same version of an entry.
+fn same(a: &Entry, b: &Entry) -> bool {
+    match b.kind {
+        // A folder changes when its entries do; what matters is checked entry by entry.
+        Kind::Dir => a.stamp.ino == b.stamp.ino && a.stamp.mode == b.stamp.mode,
+        Kind::Link => a.target == b.target,
+        // The same version, or (after a put-back, say) the same bytes and mode.
+        Kind::File => {
+            a.stamp == b.stamp
+                || (b.content.is_some() && a.content == b.content && a.stamp.mode == b.stamp.mode)
+        }
+        Kind::Other => a.stamp == b.stamp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn protected() -> Protected {
+        Protected::new(
+            &crate::policy::DEFAULT_PROTECTED
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap()
+    }
+
+    fn repo() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(ws.join(".git/objects/ab")).unwrap();
+        std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+        std::fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(ws.join(".git/hooks/pre-commit.sample"), "sample").unwrap();
+        std::fs::write(ws.join(".git/objects/ab/cdef"), "object").unwrap();
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::write(ws.join("src/a.rs"), "fn a() {}\n").unwrap();
+        std::fs::write(tmp.path().join("canary"), "CANARY").unwrap();
+        (tmp, ws)
+    }
+
+    #[test]
+    fn changed_control_files_are_put_back_and_new_ones_removed() {
+        let (tmp, ws) = repo();
+        let p = protected();
+        let g = Guard::capture(&ws, &p).unwrap();
+        let ro = g.readonly_paths();
+        assert_eq!(ro, [ws.join(".git")]);
+        std::fs::write(
+            ws.join(".git/config"),
+            "[core]\n\tfsmonitor = touch PWNED\n",
+        )
+        .unwrap();
+        std::fs::write(ws.join(".git/hooks/pre-commit"), "evil").unwrap();
+        std::fs::write(ws.join(".git/commondir"), "x\n").unwrap();
+        std::fs::create_dir_all(ws.join(".git/x")).unwrap();
+        std::fs::write(ws.join(".git/x/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        std::fs::write(ws.join(".git/HEAD"), "ref: refs/heads/other\n").unwrap();
+        std::fs::write(ws.join(".git/objects/ab/new"), "object").unwrap();
+        std::fs::create_dir_all(ws.join("sub/.git")).unwrap();
+        std::fs::write(ws.join("sub/.git/config"), "evil").unwrap();
+        std::fs::create_dir_all(ws.join(".vscode")).unwrap();
+        std::fs::write(ws.join(".vscode/tasks.json"), "{}").unwrap();
+        std::fs::write(ws.join(".envrc"), "touch x").unwrap();
+        std::fs::write(ws.join("src/b.rs"), "ok").unwrap();
+        let r = g.finish(&p);
+        assert_eq!(r.restored, [".git/config"]);
+        assert_eq!(
+            r.removed,
+            [
+                ".envrc",
+                ".git/commondir",
+                ".git/hooks/pre-commit",
+                ".git/x/config",
+                ".vscode",
+                "sub/.git"
+            ]
+        );
+        assert!(r.kept.is_empty() && r.incomplete.is_none(), "{r:?}");
+        assert_eq!(
+            std::fs::read_to_string(ws.join(".git/config")).unwrap(),
+            "[core]\n"
+        );
+        for gone in [
+            ".git/commondir",
+            ".git/hooks/pre-commit",
+            ".git/x/config",
+            ".vscode",
+            "sub/.git",
+            ".envrc",
+        ] {
+            assert!(!ws.join(gone).exists(), "{gone}");
+        }
+        // The repository's data and the rest of the workspace are left alone.
+        assert_eq!(
+            std::fs::read_to_string(ws.join(".git/HEAD")).unwrap(),
+            "ref: refs/heads/other\n"
+        );
+        assert!(ws.join(".git/objects/ab/new").exists());
+        assert!(ws.join("src/b.rs").exists());
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("canary")).unwrap(),
+            "CANARY"
+        );
+        assert!(g.finish(&p).is_empty());
+    }
+
+    #[test]
+    fn links_planted_where_protected_entries_were_are_removed_not_followed() {
+        for shape in ["config", "hooks", "hook-inside", "dotgit"] {
+            let (tmp, ws) = repo();
+            let outside = tmp.path().join("outside");
+            std::fs::create_dir_all(&outside).unwrap();
+            std::fs::write(outside.join("keep.txt"), "KEEP").unwrap();
+            let p = protected();
+            let g = Guard::capture(&ws, &p).unwrap();
+            match shape {
+                "config" => {
+                    std::fs::remove_file(ws.join(".git/config")).unwrap();
+                    symlink(tmp.path().join("canary"), ws.join(".git/config")).unwrap();
+                }
+                "hooks" => {
+                    std::fs::remove_dir_all(ws.join(".git/hooks")).unwrap();
+                    symlink(&outside, ws.join(".git/hooks")).unwrap();
+                }
+                "hook-inside" => {
+                    symlink(
+                        tmp.path().join("canary"),
+                        ws.join(".git/hooks/pre-commit.sample.x"),
+                    )
+                    .unwrap();
+                    std::fs::remove_file(ws.join(".git/hooks/pre-commit.sample")).unwrap();
+                    symlink(
+                        tmp.path().join("canary"),
+                        ws.join(".git/hooks/pre-commit.sample"),
+                    )
+                    .unwrap();
+                }
+                _ => {
+                    std::fs::rename(ws.join(".git"), tmp.path().join("moved-git")).unwrap();
+                    symlink(&outside, ws.join(".git")).unwrap();
+                }
+            }
+            let r = g.finish(&p);
+            assert_eq!(
+                std::fs::read_to_string(tmp.path().join("canary")).unwrap(),
+                "CANARY",
+                "{shape}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(outside.join("keep.txt")).unwrap(),
+                "KEEP",
+                "{shape}"
+            );
+            assert_eq!(
+                std::fs::read_dir(&outside).unwrap().count(),
+                1,
+                "{shape}: {r:?}"
+            );
+            assert!(
+                !std::fs::symlink_metadata(ws.join(".git"))
+                    .unwrap()
+                    .file_type()
+                    .is_symlink(),
+                "{shape}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(ws.join(".git/config")).unwrap(),
+                "[core]\n",
+                "{shape}: {r:?}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(ws.join(".git/hooks/pre-commit.sample")).unwrap(),
+                "sample",
+                "{shape}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_person_approved_command_is_recorded_not_reverted() {
+        let (_tmp, ws) = repo();
+        let p = protected();
+        let g = Guard::capture(&ws, &p).unwrap();
+        std::fs::write(ws.join(".git/config"), "[user]\n").unwrap();
+        std::fs::write(ws.join(".envrc"), "export A=1").unwrap();
+        let mut ch = g.changes(&p);
+        ch.sort_by(|a, b| a.path.cmp(&b.path));
+        assert_eq!(ch.len(), 2);
+        assert_eq!(ch[0].path, ".envrc");
+        assert_eq!(ch[0].before, None);
+        assert_eq!(ch[1].path, ".git/config");
+        assert_eq!(ch[1].before.as_ref().unwrap().0, b"[core]\n");
+        assert_eq!(
+            std::fs::read_to_string(ws.join(".git/config")).unwrap(),
+            "[user]\n"
+        );
+    }
+}
