@@ -239,6 +239,16 @@ impl Store {
                 .map_err(|e| failed(format!("{rel}: {e}")))?;
             paths.push(p);
         }
+        for p in &paths {
+            if let Some(link) = ws.linked_ancestor(p) {
+                return Err(failed(format!(
+                    "{}: the folder {link} on its way is now a symbolic link, and undo does not \
+                     write through links (one may have been planted to redirect the write). \
+                     Replace the link with the folder, then undo again",
+                    p.display()
+                )));
+            }
+        }
         let locks: Vec<_> = paths.iter().map(|p| ws.lock(p)).collect();
         let _guards: Vec<_> = locks
             .iter()
@@ -470,6 +480,40 @@ mod tests {
     fn blob_ids_are_git_compatible() {
         // `printf 'hello\n' | git hash-object --stdin`
         assert_eq!(sha1(b"hello\n"), "ce013625030ba8dba906f756967f9e9ca394464a");
+    }
+
+    #[test]
+    fn undo_never_writes_through_a_folder_that_became_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("ws");
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("outside")).unwrap();
+        std::fs::write(tmp.path().join("outside/a.rs"), "OUTSIDE\n").unwrap();
+        std::fs::write(root.join("src/a.rs"), "old a\n").unwrap();
+        let ws = Workspace::open(&root, &[]).unwrap();
+        let store = Store::new(&tmp.path().join("state"), ws.root());
+        let cp = store.run("r1", "x");
+        let a = ws.resolve("src/a.rs").unwrap();
+        let snap = ws.read_for_edit(&a, "src/a.rs").unwrap();
+        cp.before_change(&a, Some((&snap.bytes, &snap.permissions)))
+            .unwrap();
+        cp.after_change(&a, Some(b"old a\n")).unwrap();
+        // The folder is swapped for a link to a folder of the same shape elsewhere (inside the
+        // workspace it would still redirect the write).
+        std::fs::rename(root.join("src"), root.join("src-moved")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("outside"), root.join("src")).unwrap();
+        let e = store.undo(&ws, "r1", true).unwrap_err().to_string();
+        assert!(
+            e.contains("the folder src on its way is now a symbolic link"),
+            "{e}"
+        );
+        std::fs::remove_file(root.join("src")).unwrap();
+        std::os::unix::fs::symlink("src-moved", root.join("src")).unwrap();
+        assert!(store.undo(&ws, "r1", true).is_err());
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("outside/a.rs")).unwrap(),
+            "OUTSIDE\n"
+        );
     }
 
     #[test]

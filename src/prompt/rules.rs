@@ -198,8 +198,7 @@ impl Rules {
     pub fn load(ws: &Workspace, global: Option<&Path>, agents_md: bool) -> Rules {
         let mut out = Rules::default();
         if agents_md {
-            let p = ws.root().join("AGENTS.md");
-            if let Some(text) = read_small(&p, &mut out.warnings) {
+            if let Some(text) = read_small_ws(ws, Path::new("AGENTS.md"), &mut out.warnings) {
                 let body = frontmatter::split(&text).1.trim().to_string();
                 if !body.is_empty() {
                     out.rules.push(Rule {
@@ -217,27 +216,28 @@ impl Rules {
                 }
             }
         }
-        let local = ws.root().join(".continue").join("rules");
-        for path in markdown_files(&local, Some(ws.root()), &mut out.warnings) {
-            let rel = ws
-                .rel_of(&path)
-                .map(|r| r.to_string_lossy().into_owned())
-                .unwrap_or_else(|| path.display().to_string());
-            out.add(&path, Origin::Workspace(rel));
+        let local = Path::new(".continue/rules");
+        for rel in files_below_ws(ws, local, 8, MAX_RULE_FILES, &mut out.warnings) {
+            if rel.extension().is_none_or(|e| e != "md") {
+                continue;
+            }
+            if let Some(text) = read_small_ws(ws, &rel, &mut out.warnings) {
+                let shown = rel.to_string_lossy().into_owned();
+                out.add(&text, &rel, Origin::Workspace(shown));
+            }
         }
         if let Some(g) = global {
-            for path in markdown_files(&g.join("rules"), None, &mut out.warnings) {
-                out.add(&path, Origin::Global(path.clone()));
+            for path in markdown_files(&g.join("rules"), &mut out.warnings) {
+                if let Some(text) = read_small(&path, &mut out.warnings) {
+                    out.add(&text, &path, Origin::Global(path.clone()));
+                }
             }
         }
         out
     }
 
-    fn add(&mut self, path: &Path, origin: Origin) {
-        let Some(text) = read_small(path, &mut self.warnings) else {
-            return;
-        };
-        match parse_rule(&text, &fallback_name(path), origin) {
+    fn add(&mut self, text: &str, path: &Path, origin: Origin) {
+        match parse_rule(text, &fallback_name(path), origin) {
             Ok(Some(rule)) => self.rules.push(rule),
             Ok(None) => {}
             Err(e) => {
@@ -295,8 +295,71 @@ fn fallback_name(path: &Path) -> String {
     parts.into_iter().rev().collect::<Vec<_>>().join("/")
 }
 
-/// Reads a text file of at most [`MAX_RULE_BYTES`] (not following a final symlink out of
-/// its folder: rule folders are read with `symlink_metadata`). Missing is silent.
+/// Reads a workspace text file of at most [`MAX_RULE_BYTES`], beneath the root and through no
+/// symbolic link (a command may have replaced a rule or a folder with one). Missing is silent;
+/// anything else that stops it is a warning.
+pub(crate) fn read_small_ws(
+    ws: &Workspace,
+    rel: &Path,
+    warnings: &mut Vec<String>,
+) -> Option<String> {
+    use crate::workspace::nofollow::ReadError;
+    match ws.read_nofollow(rel, MAX_RULE_BYTES) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(s) => Some(s),
+            Err(_) => {
+                warnings.push(format!(
+                    "{} was skipped: it is not UTF-8 text",
+                    rel.display()
+                ));
+                None
+            }
+        },
+        Err(ReadError::NotFound) => None,
+        Err(e) => {
+            tracing::warn!(file = %rel.display(), error = %e, "not read");
+            warnings.push(format!("{} was skipped: it {e}", rel.display()));
+            None
+        }
+    }
+}
+
+/// Regular files below a workspace folder (workspace-relative, sorted), through no symbolic
+/// link, at most `max`.
+pub(crate) fn files_below_ws(
+    ws: &Workspace,
+    rel: &Path,
+    max_depth: usize,
+    max: usize,
+    warnings: &mut Vec<String>,
+) -> Vec<PathBuf> {
+    match ws.files_below_nofollow(rel, max_depth, max) {
+        Ok((files, cut)) => {
+            if cut {
+                warnings.push(format!(
+                    "{}: only the first {max} files were read",
+                    rel.display()
+                ));
+            }
+            files
+        }
+        Err(e) => {
+            warnings.push(format!(
+                "{} was not read: {}",
+                rel.display(),
+                if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                    "it is or goes through a symbolic link, which is not followed".to_string()
+                } else {
+                    e.to_string()
+                }
+            ));
+            Vec::new()
+        }
+    }
+}
+
+/// Reads a text file of at most [`MAX_RULE_BYTES`] outside the workspace (the global folder;
+/// not following a final symlink). Missing is silent.
 pub(crate) fn read_small(path: &Path, warnings: &mut Vec<String>) -> Option<String> {
     let meta = std::fs::symlink_metadata(path).ok()?;
     if !meta.is_file() {
@@ -328,44 +391,24 @@ pub(crate) fn read_small(path: &Path, warnings: &mut Vec<String>) -> Option<Stri
     }
 }
 
-/// Every `*.md` file below `dir` (recursive, sorted, symlinks not followed, confined to
-/// `confine` when given), at most [`MAX_RULE_FILES`].
-pub(crate) fn markdown_files(
-    dir: &Path,
-    confine: Option<&Path>,
-    warnings: &mut Vec<String>,
-) -> Vec<PathBuf> {
-    files_below(dir, 8, MAX_RULE_FILES, confine, warnings)
+/// Every `*.md` file below `dir` (recursive, sorted, symlinks not followed), at most
+/// [`MAX_RULE_FILES`]. For folders outside the workspace; see [`files_below_ws`].
+pub(crate) fn markdown_files(dir: &Path, warnings: &mut Vec<String>) -> Vec<PathBuf> {
+    files_below(dir, 8, MAX_RULE_FILES, warnings)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "md"))
         .collect()
 }
 
-/// Regular files below `dir`, sorted, without following symlinks, at most `max`. With
-/// `confine`, nothing is read unless `dir` really is inside that folder (a workspace's
-/// `.continue` that is a link to elsewhere is not followed).
+/// Regular files below `dir` (outside the workspace), sorted, without following symlinks, at
+/// most `max`.
 pub(crate) fn files_below(
     dir: &Path,
     max_depth: usize,
     max: usize,
-    confine: Option<&Path>,
     warnings: &mut Vec<String>,
 ) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if let Some(root) = confine {
-        match std::fs::canonicalize(dir) {
-            Ok(real) if real.starts_with(root) => {}
-            Ok(real) => {
-                warnings.push(format!(
-                    "{} was not read: it leads outside the workspace (to {})",
-                    dir.display(),
-                    real.display()
-                ));
-                return out;
-            }
-            Err(_) => return out,
-        }
-    }
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else {
@@ -561,17 +604,25 @@ mod tests {
         let loaded = Rules::load(&ws, None, true);
         assert!(loaded.rules.is_empty(), "{:?}", loaded.rules);
         assert!(
-            loaded
-                .warnings
-                .iter()
-                .any(|w| w.contains("leads outside the workspace")),
+            loaded.warnings.iter().any(|w| w
+                .contains(".continue/rules was not read: it is or goes through a symbolic link")),
             "{:?}",
             loaded.warnings
         );
+        // Links inside the workspace are not followed either: a command could have made one
+        // point anywhere by the time the rules are read.
+        std::fs::remove_file(root.join(".continue")).unwrap();
+        std::fs::create_dir_all(root.join(".continue/rules")).unwrap();
+        std::fs::write(root.join("notes.md"), "IN-WORKSPACE").unwrap();
+        std::os::unix::fs::symlink("../../notes.md", root.join(".continue/rules/a.md")).unwrap();
+        std::fs::write(root.join(".continue/rules/b.md"), "REAL RULE").unwrap();
+        let loaded = Rules::load(&ws, None, false);
+        let bodies: Vec<&str> = loaded.rules.iter().map(|r| r.body.as_str()).collect();
+        assert_eq!(bodies, ["REAL RULE"], "{:?}", loaded.warnings);
         // The same folder as the global one is read.
         let global = Rules::load(&ws, Some(&outside), false);
-        assert_eq!(global.rules.len(), 1);
-        assert_eq!(global.rules[0].body, "LEAK");
+        let bodies: Vec<&str> = global.rules.iter().map(|r| r.body.as_str()).collect();
+        assert_eq!(bodies, ["REAL RULE", "LEAK"]);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::frontmatter::{self, FrontMatter};
-use super::rules::{files_below, read_small};
+use super::rules::{files_below, files_below_ws, read_small, read_small_ws};
 use crate::workspace::Workspace;
 
 /// Most supporting files listed for one skill.
@@ -36,20 +36,30 @@ impl Skills {
     pub fn load(ws: &Workspace, global: Option<&Path>) -> Skills {
         let mut out = Skills::default();
         let mut roots: Vec<(PathBuf, bool)> = vec![
-            (ws.root().join(".continue").join("skills"), true),
-            (ws.root().join(".claude").join("skills"), true),
+            (PathBuf::from(".continue/skills"), true),
+            (PathBuf::from(".claude/skills"), true),
         ];
         if let Some(g) = global {
             roots.push((g.join("skills"), false));
         }
         for (root, in_ws) in roots {
-            let confine = in_ws.then(|| ws.root());
-            let files = files_below(&root, 6, 2_000, confine, &mut out.warnings);
+            // Workspace folders are read beneath the root through no symbolic link; the
+            // global folder is the user's own.
+            let files = if in_ws {
+                files_below_ws(ws, &root, 6, 2_000, &mut out.warnings)
+            } else {
+                files_below(&root, 6, 2_000, &mut out.warnings)
+            };
             for path in files
                 .iter()
                 .filter(|p| p.file_name().is_some_and(|n| n == "SKILL.md"))
             {
-                let Some(text) = read_small(path, &mut out.warnings) else {
+                let text = if in_ws {
+                    read_small_ws(ws, path, &mut out.warnings)
+                } else {
+                    read_small(path, &mut out.warnings)
+                };
+                let Some(text) = text else {
                     continue;
                 };
                 let dir = path.parent().unwrap_or(&root).to_path_buf();
@@ -69,10 +79,7 @@ impl Skills {
                             .map(|f| f.to_string_lossy().into_owned())
                             .collect();
                         supporting.truncate(MAX_SUPPORTING);
-                        let folder = match (in_ws, ws.rel_of(&dir)) {
-                            (true, Some(rel)) => rel.to_string_lossy().into_owned(),
-                            _ => dir.display().to_string(),
-                        };
+                        let folder = dir.to_string_lossy().into_owned();
                         out.skills.push(Skill {
                             name,
                             description,

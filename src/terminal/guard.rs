@@ -23,11 +23,12 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fd::{AsFd, OwnedFd};
-use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::fd::OwnedFd;
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::policy::Protected;
+use crate::workspace::nofollow::{Kind, kind_of, open_dir_at, open_parent, read_at, remove_at};
 
 /// The largest protected file whose content is kept (and so can be put back).
 const MAX_SAVED_FILE: u64 = 1 << 20;
@@ -40,14 +41,6 @@ const GIT_DATA: &[&str] = &["objects", "logs", "refs", "lfs", "rr-cache", "packe
 /// A name under a folder that [`Protected`] is asked about, to tell whether the folder itself
 /// is a protected container (`.vscode`, `.github/workflows`).
 const PROBE: &str = ".toolpilot-probe";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    File,
-    Dir,
-    Link,
-    Other,
-}
 
 /// What identifies a version of an entry: a write changes its ctime, which no program can
 /// set back.
@@ -178,53 +171,6 @@ fn stamp_of(st: &rfs::Stat) -> Stamp {
     }
 }
 
-fn kind_of(mode: u32) -> Kind {
-    match FileType::from_raw_mode(mode) {
-        FileType::RegularFile => Kind::File,
-        FileType::Directory => Kind::Dir,
-        FileType::Symlink => Kind::Link,
-        _ => Kind::Other,
-    }
-}
-
-/// Opens a directory relative to `dir` without following a link.
-fn open_dir_at(dir: impl AsFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
-    rfs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-}
-
-/// Reads a small regular file relative to `dir` without following a link, or blocking on a
-/// FIFO; `None` if it is larger than `limit`.
-fn read_small_at(dir: impl AsFd, name: &OsStr, limit: u64) -> Option<Vec<u8>> {
-    let fd = rfs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let st = rfs::fstat(&fd).ok()?;
-    if kind_of(st.st_mode) != Kind::File || st.st_size as u64 > limit {
-        return None;
-    }
-    let mut buf = vec![0u8; st.st_size as usize];
-    let mut got = 0;
-    while got < buf.len() {
-        match rustix::io::read(&fd, &mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(Errno::INTR) => {}
-            Err(_) => return None,
-        }
-    }
-    buf.truncate(got);
-    Some(buf)
-}
-
 /// Whether a path inside a git directory is one of its control files (the rest is data git
 /// writes as it works). `in_git` is the part below the `.git` folder.
 fn is_control(in_git: &[String]) -> bool {
@@ -310,7 +256,7 @@ impl Walker<'_> {
                 let content = if held && kind == Kind::File {
                     let size = st.st_size as u64;
                     if size <= MAX_SAVED_FILE && self.saved + size as usize <= MAX_SAVED_TOTAL {
-                        let c = read_small_at(dir, name, MAX_SAVED_FILE);
+                        let c = read_at(dir, name, MAX_SAVED_FILE).ok();
                         if let Some(c) = &c {
                             self.saved += c.len();
                         }
@@ -350,7 +296,10 @@ impl Walker<'_> {
             }
             match open_dir_at(dir, name) {
                 Ok(sub) => self.dir(&sub, &child_rel, &child_folded, child_git.as_deref()),
-                Err(Errno::NOENT) | Err(Errno::LOOP) | Err(Errno::NOTDIR) => {}
+                Err(e)
+                    if [Errno::NOENT, Errno::LOOP, Errno::NOTDIR]
+                        .iter()
+                        .any(|n| e.raw_os_error() == Some(n.raw_os_error())) => {}
                 Err(e) => {
                     self.scan.incomplete.get_or_insert_with(|| {
                         format!("cannot open the folder {}: {e}", child_rel.display())
@@ -372,53 +321,8 @@ fn scan(root_fd: &OwnedFd, protected: &Protected) -> Scan {
     w.scan
 }
 
-/// Opens the parent folder of `rel` beneath the root, following no link on the way.
-fn open_parent(root_fd: &OwnedFd, rel: &Path) -> rustix::io::Result<OwnedFd> {
-    let parent = rel.parent().unwrap_or(Path::new(""));
-    let parent = if parent.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        parent
-    };
-    rfs::openat2(
-        root_fd,
-        parent,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-}
-
-/// Removes whatever is at `name` in `dir` (a folder with all it holds), following no link.
-fn remove_at(dir: &OwnedFd, name: &OsStr) -> rustix::io::Result<()> {
-    let st = match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(Errno::NOENT) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    if kind_of(st.st_mode) != Kind::Dir {
-        return rfs::unlinkat(dir, name, AtFlags::empty());
-    }
-    let sub = open_dir_at(dir, name)?;
-    let mut names = Vec::new();
-    {
-        let mut d = rfs::Dir::read_from(&sub)?;
-        while let Some(e) = d.read() {
-            let e = e?;
-            let n = e.file_name().to_bytes();
-            if n != b"." && n != b".." {
-                names.push(n.to_vec());
-            }
-        }
-    }
-    for n in names {
-        remove_at(&sub, OsStr::from_bytes(&n))?;
-    }
-    rfs::unlinkat(dir, name, AtFlags::REMOVEDIR)
-}
-
 /// Creates the missing folders of `rel` (not `rel` itself), following no link.
-fn make_parents(root_fd: &OwnedFd, rel: &Path) -> rustix::io::Result<()> {
+fn make_parents(root_fd: &OwnedFd, rel: &Path) -> std::io::Result<()> {
     let Some(parent) = rel.parent() else {
         return Ok(());
     };
@@ -428,7 +332,7 @@ fn make_parents(root_fd: &OwnedFd, rel: &Path) -> rustix::io::Result<()> {
         let dir = open_parent(root_fd, &cur.join(name))?;
         match rfs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
             Ok(()) | Err(Errno::EXIST) => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
         cur.push(name);
     }
@@ -561,7 +465,9 @@ impl Guard {
         make_parents(&self.root_fd, rel)
             .map_err(|e| format!("cannot recreate its folder without following a link: {e}"))?;
         let dir = open_parent(&self.root_fd, rel).map_err(|e| {
-            if e == Errno::LOOP || e == Errno::XDEV {
+            let code = e.raw_os_error();
+            if code == Some(Errno::LOOP.raw_os_error()) || code == Some(Errno::XDEV.raw_os_error())
+            {
                 "a folder on its way is now a symbolic link, which toolpilot does not follow"
                     .to_string()
             } else {
@@ -603,20 +509,20 @@ impl Guard {
                     Mode::from_raw_mode(b.stamp.mode & 0o7777),
                 )
                 .map_err(|e| format!("cannot write it: {e}"))?;
-                let written = (|| -> rustix::io::Result<()> {
+                let written = (|| -> std::io::Result<()> {
                     let mut off = 0;
                     while off < content.len() {
                         off += rustix::io::write(&fd, &content[off..])?;
                     }
                     rfs::fchmod(&fd, Mode::from_raw_mode(b.stamp.mode & 0o7777))?;
-                    rfs::fsync(&fd)
+                    Ok(rfs::fsync(&fd)?)
                 })();
                 drop(fd);
                 let done = written.and_then(|()| {
                     if now_kind == Some(Kind::Dir) {
                         remove_at(&dir, name)?;
                     }
-                    rfs::renameat(&dir, tmp.as_str(), &dir, name)
+                    Ok(rfs::renameat(&dir, tmp.as_str(), &dir, name)?)
                 });
                 if let Err(e) = done {
                     let _ = rfs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());

@@ -34,6 +34,8 @@ pub struct Job {
     pub started: u64,
     pub capture: Arc<Mutex<Capture>>,
     pub state: Mutex<JobState>,
+    /// What toolpilot did after the job ended (protected paths put back), for its report.
+    pub note: Mutex<String>,
     stop: CancellationToken,
     /// Resolves when the job's task has finished (output complete, tree reaped).
     finished: tokio::sync::watch::Receiver<bool>,
@@ -133,7 +135,7 @@ impl Jobs {
         run_id: &str,
         mut running: super::exec::Running,
         limit: Duration,
-        on_end: impl FnOnce() + Send + 'static,
+        on_end: impl FnOnce() -> String + Send + 'static,
     ) -> Arc<Job> {
         let id = format!("job-{}", self.next.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = tokio::sync::watch::channel(false);
@@ -147,6 +149,7 @@ impl Jobs {
                 .map_or(0, |d| d.as_secs()),
             capture: Arc::clone(&running.capture),
             state: Mutex::new(JobState::Running),
+            note: Mutex::new(String::new()),
             stop: CancellationToken::new(),
             finished: rx,
         });
@@ -161,11 +164,16 @@ impl Jobs {
                 Ended::TimedOut => JobState::TimedOut,
                 Ended::Idle | Ended::Cancelled | Ended::Stopped => JobState::Stopped,
             };
+            drop(running);
+            // The job counts as ended once what follows it (protected paths put back, changes
+            // recorded) is done, so its report is complete when it says so.
+            let note = on_end();
+            if let Ok(mut n) = j.note.lock() {
+                *n = note;
+            }
             if let Ok(mut s) = j.state.lock() {
                 *s = state;
             }
-            drop(running);
-            on_end();
             let _ = tx.send(true);
         });
         if let Ok(mut t) = self.table.lock() {

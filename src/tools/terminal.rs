@@ -323,11 +323,16 @@ async fn background(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
         term.config.job_timeout,
         move || {
             let _ = std::fs::remove_dir_all(&tmp);
-            if let Ok(g) = &guard {
-                let note = settle_guard(&end_env, g, held);
-                if !note.is_empty() {
-                    tracing::warn!(note = %note.trim(), "a background job touched protected paths");
+            let note = match &guard {
+                Ok(g) => settle_guard(&end_env, g, held),
+                Err(e) => Report {
+                    incomplete: Some(e.clone()),
+                    ..Report::default()
                 }
+                .note(),
+            };
+            if !note.is_empty() {
+                tracing::warn!(note = %note.trim(), "a background job touched protected paths");
             }
             if let Some(b) = before {
                 if let Ok(a) = end_env.shadow.snapshot() {
@@ -336,6 +341,7 @@ async fn background(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
                     }
                 }
             }
+            note
         },
     );
     // Give it a moment, to report a command that fails at once.
@@ -377,6 +383,9 @@ fn job_report(job: &crate::terminal::jobs::Job, started: bool) -> String {
         }
     }
     out.push_str(&format!("[Status: {state}]"));
+    if let Ok(note) = job.note.lock() {
+        out.push_str(&note);
+    }
     out
 }
 

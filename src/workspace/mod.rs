@@ -9,6 +9,7 @@
 //! Nothing here decides *whether* an access is allowed; that is `policy`'s job.
 
 pub mod names;
+pub mod nofollow;
 pub mod walk;
 pub mod write;
 
@@ -437,6 +438,23 @@ impl Workspace {
         (rel != p.rel && !rel.as_os_str().is_empty()).then(|| WorkspacePath {
             rel: rel.to_path_buf(),
         })
+    }
+
+    /// Reads a regular file beneath the root without following any symbolic link on the way
+    /// (for host-side reads of files a command could have replaced: rules, skills).
+    pub fn read_nofollow(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, nofollow::ReadError> {
+        nofollow::read_beneath(&self.dir, rel, limit)
+    }
+
+    /// Regular files below a folder of the workspace (workspace-relative, sorted), following
+    /// no symbolic link; with whether some were left out past `max`.
+    pub fn files_below_nofollow(
+        &self,
+        rel: &Path,
+        max_depth: usize,
+        max: usize,
+    ) -> io::Result<(Vec<PathBuf>, bool)> {
+        nofollow::files_below(&self.dir, rel, max_depth, max)
     }
 
     /// Whether the path exists and is a directory (following in-workspace symlinks).

@@ -261,6 +261,25 @@ impl Workspace {
         !p.is_root() && self.dir.remove_dir(p.rel()).is_ok()
     }
 
+    /// The first folder on the way to `p` (not `p` itself) that is a symbolic link, if any.
+    /// Host-side restores (undo) refuse to write through one: it may have been planted to
+    /// redirect the write.
+    pub fn linked_ancestor(&self, p: &WorkspacePath) -> Option<String> {
+        let mut cur = PathBuf::new();
+        let parent = p.rel().parent()?;
+        for c in parent.components() {
+            cur.push(c);
+            if self
+                .dir
+                .symlink_metadata(&cur)
+                .is_ok_and(|m| m.file_type().is_symlink())
+            {
+                return Some(cur.display().to_string());
+            }
+        }
+        None
+    }
+
     /// Makes a [`WorkspacePath`] from a path recorded earlier by toolpilot itself (a
     /// checkpoint). It is checked like any other path.
     pub fn recorded(&self, rel: &str) -> Result<WorkspacePath, PathError> {

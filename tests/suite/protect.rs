@@ -318,3 +318,98 @@ async fn commands_cannot_plant_code_in_protected_paths() {
     // git still works in the workspace.
     assert!(git(&s.ws, &["status", "--short"]).status.success());
 }
+
+/// Waits for the one call that waits for approval and answers it as a person would.
+async fn approve_pending(s: &TestServer) {
+    let mut id = String::new();
+    for _ in 0..400 {
+        let list = s.get("/v1/approvals").await.body;
+        if let Some(a) = list["data"].as_array().and_then(|a| a.first()) {
+            id = a["id"].as_str().unwrap_or_default().to_string();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(!id.is_empty(), "nothing waited for approval");
+    let r = s
+        .post_raw(&format!("/v1/approvals/{id}"), r#"{"decision":"approve"}"#)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+/// A command a person approved may change a protected path; the change is in the run's
+/// checkpoint, and undo puts it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_approved_command_may_change_protected_paths_and_undo_restores_them() {
+    let s = TestServer::builder()
+        .config("[approvals]\nmode = \"wait\"\ntimeout_secs = 60\n")
+        .script(calls_script(&[cmd(
+            "git config user.name Someone && printf 'use flake' > .envrc",
+        )]))
+        .start()
+        .await;
+    make_repo(&s);
+    let remote = s.client_clone();
+    let run = tokio::spawn(async move { remote.chat(ask("go")).await });
+    approve_pending(&s).await;
+    let reply = run.await.unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let out = collected(&s, 1);
+    assert!(!out[0].contains("Protected paths: toolpilot"), "{}", out[0]);
+    assert!(
+        std::fs::read_to_string(s.path(".git/config"))
+            .unwrap()
+            .contains("Someone")
+    );
+    assert!(s.path(".envrc").exists());
+    let run_id = reply.headers["x-toolpilot-run-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let u = s.post_raw(&format!("/v1/runs/{run_id}/undo"), "").await;
+    assert_eq!(u.status, 200, "{}", u.text);
+    assert_eq!(
+        std::fs::read_to_string(s.path(".git/config")).unwrap(),
+        CONFIG
+    );
+    assert!(!s.path(".envrc").exists(), "{}", u.text);
+}
+
+/// A background job is held like a foreground command: what it planted is removed when it
+/// ends, and its report says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_job_cannot_leave_a_hook_behind() {
+    let s = TestServer::builder()
+        .yes()
+        .script(json!({"rounds": [
+            {"tool_calls": [{"id": "c1", "name": "run_terminal_command", "arguments": {
+                "command": "printf '#!/bin/sh\\ntouch PWNED\\n' > .git/hooks/post-checkout; sleep 1",
+                "waitForCompletion": false}}]},
+            {"text": "started"},
+            {"tool_calls": [{"id": "c2", "name": "check_background_job", "arguments": {"job_id": "job-1"}}]},
+            {"text": "checked"}
+        ]}))
+        .start()
+        .await;
+    make_repo(&s);
+    let r = s.chat(ask("go")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let mut ended = false;
+    for _ in 0..400 {
+        let jobs = s.get("/v1/jobs").await.body;
+        if jobs["data"][0]["state"] != "running" && !jobs["data"][0].is_null() {
+            ended = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(ended, "the job did not end");
+    assert!(!s.path(".git/hooks/post-checkout").exists());
+    let r = s.chat(ask("and now?")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let report = tool_result(s.requests().last().unwrap(), "c2");
+    assert!(
+        report.contains("[Protected paths: toolpilot removed .git/hooks/post-checkout"),
+        "{report}"
+    );
+}
