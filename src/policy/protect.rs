@@ -109,6 +109,12 @@ pub struct Protected {
     /// Every pattern, compiled into one set (index = entry); one pass per path, which matters
     /// for the scans around commands that check every entry of the workspace.
     set: GlobSet,
+    /// The patterns without `/`, which also match a file name alone.
+    names: GlobSet,
+    /// The literal components of the patterns with `/` (`.git`, `.vscode`, …), when every such
+    /// pattern has one: a path none of whose components is one of them can only match by its
+    /// file name, which lets a scan skip the whole-path test for almost every entry.
+    triggers: Option<std::collections::HashSet<String>>,
     /// Every literal name of every pattern, for reading 8.3 short names.
     long_names: Vec<String>,
 }
@@ -139,7 +145,9 @@ impl Protected {
     pub fn new(patterns: &[String]) -> Result<Protected, String> {
         let mut entries = Vec::new();
         let mut set = GlobSetBuilder::new();
+        let mut names = GlobSetBuilder::new();
         let mut long_names: Vec<String> = Vec::new();
+        let mut triggers = Some(std::collections::HashSet::new());
         for (i, p) in patterns.iter().enumerate() {
             let glob = GlobBuilder::new(&p.to_lowercase())
                 .literal_separator(true)
@@ -151,6 +159,16 @@ impl Protected {
                     long_names.push(n);
                 }
             }
+            if !p.contains('/') {
+                names.add(glob.clone());
+            } else {
+                let lits = literal_names(p);
+                if lits.is_empty() {
+                    triggers = None;
+                } else if let Some(t) = triggers.as_mut() {
+                    t.extend(lits);
+                }
+            }
             set.add(glob);
             entries.push(Entry {
                 pattern: p.clone(),
@@ -158,12 +176,15 @@ impl Protected {
                 names: naming_parts(p),
             });
         }
-        let set = set
-            .build()
-            .map_err(|e| format!("policy.protected does not compile: {e}"))?;
+        let compile = |b: GlobSetBuilder| {
+            b.build()
+                .map_err(|e| format!("policy.protected does not compile: {e}"))
+        };
         Ok(Protected {
             entries,
-            set,
+            set: compile(set)?,
+            names: compile(names)?,
+            triggers,
             long_names,
         })
     }
@@ -201,6 +222,21 @@ impl Protected {
         })
     }
 
+    /// Whether a folded path is protected (the fast test of the scans; no allocation).
+    /// `interesting`: some component is a [`Protected::is_trigger`] name (pass `true` when
+    /// unsure).
+    pub fn is_protected_folded(&self, folded: &Path, interesting: bool) -> bool {
+        (interesting && self.set.is_match(folded))
+            || folded.file_name().is_some_and(|n| self.names.is_match(n))
+    }
+
+    /// Whether a folded name can make a path match a whole-path pattern (see `triggers`).
+    pub fn is_trigger(&self, folded_name: &str) -> bool {
+        self.triggers
+            .as_ref()
+            .is_none_or(|t| t.contains(folded_name))
+    }
+
     /// A relative path folded the way [`Protected::check`] compares it.
     pub fn fold(&self, rel: &Path) -> std::path::PathBuf {
         fold_path(rel, &self.long_names)
@@ -208,6 +244,15 @@ impl Protected {
 
     /// One name folded the way [`Protected::check`] compares it.
     pub fn fold_component(&self, name: &str) -> String {
+        // Most names need only lower-casing: ASCII, no `~`, no stream suffix, no trailing dot
+        // or space.
+        let plain = name.is_ascii()
+            && !name.contains(['~', ':'])
+            && !name.ends_with(['.', ' '])
+            && !name.is_empty();
+        if plain {
+            return name.to_ascii_lowercase();
+        }
         let folded = fold_name(name);
         self.long_names
             .iter()

@@ -194,10 +194,19 @@ struct Walker<'a> {
 }
 
 impl Walker<'_> {
-    /// Scans `dir` (at `rel`, whose folded components are `folded`); `git` is the folded
-    /// part below the nearest `.git` folder, if inside one.
-    fn dir(&mut self, dir: &OwnedFd, rel: &Path, folded: &[String], git: Option<&[String]>) {
-        let mut entries = match rfs::Dir::read_from(dir) {
+    /// Scans the folder `dir`, at `rel` (whose folded form is `folded`; both are pushed and
+    /// popped as the walk goes, so an entry costs no allocation unless it is protected).
+    /// `git_at`: how many components of `folded` lead to the nearest `.git` folder, if inside.
+    fn dir(
+        &mut self,
+        dir: OwnedFd,
+        rel: &mut PathBuf,
+        folded: &mut PathBuf,
+        git_at: Option<usize>,
+        interesting: bool,
+    ) {
+        // The stream owns the handle (`read_from` would open the folder a second time).
+        let mut entries = match rfs::Dir::new(dir) {
             Ok(d) => d,
             Err(e) => {
                 self.scan.incomplete.get_or_insert_with(|| {
@@ -206,7 +215,11 @@ impl Walker<'_> {
                 return;
             }
         };
+        let depth = folded.components().count();
         while let Some(next) = entries.read() {
+            let Ok(dir) = entries.fd() else {
+                break;
+            };
             let Ok(entry) = next else {
                 self.scan.incomplete.get_or_insert_with(|| {
                     format!("cannot read the folder {} to the end", rel.display())
@@ -224,89 +237,117 @@ impl Walker<'_> {
                 });
                 return;
             }
-            let Ok(st) = rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
-                continue; // gone meanwhile
+            let kind = match entry.file_type() {
+                rfs::FileType::Unknown => match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => kind_of(st.st_mode),
+                    Err(_) => continue, // gone meanwhile
+                },
+                t => kind_of(t.as_raw_mode()),
             };
-            let kind = kind_of(st.st_mode);
-            let child_rel = rel.join(name);
             let fname = self.protected.fold_component(&name.to_string_lossy());
-            let mut child_folded = folded.to_vec();
-            child_folded.push(fname.clone());
-            let folded_path: PathBuf = child_folded.iter().collect();
-            let child_git: Option<Vec<String>> = if fname == ".git" {
-                Some(Vec::new())
+            let child_git = if fname == ".git" {
+                Some(depth + 1)
             } else {
-                git.map(|g| {
-                    let mut g = g.to_vec();
-                    g.push(fname.clone());
-                    g
+                git_at
+            };
+            let interesting = interesting || self.protected.is_trigger(&fname);
+            folded.push(&fname);
+            rel.push(name);
+            let mut protected = self.protected.is_protected_folded(folded, interesting);
+            if !protected && interesting && kind == Kind::Dir {
+                folded.push(PROBE);
+                protected = self.protected.is_protected_folded(folded, true);
+                folded.pop();
+            }
+            // The folded names below the nearest `.git` folder, when inside one.
+            let in_git = |folded: &Path| -> Option<Vec<String>> {
+                child_git.map(|at| {
+                    folded
+                        .components()
+                        .skip(at)
+                        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                        .collect()
                 })
             };
-            let protected = self.protected.check_folded(&folded_path).is_some()
-                || (kind == Kind::Dir
-                    && self
-                        .protected
-                        .check_folded(&folded_path.join(PROBE))
-                        .is_some());
             if protected {
-                let held = match &child_git {
-                    Some(g) => is_control(g),
-                    None => true,
-                };
-                let content = if held && kind == Kind::File {
-                    let size = st.st_size as u64;
-                    if size <= MAX_SAVED_FILE && self.saved + size as usize <= MAX_SAVED_TOTAL {
-                        let c = read_at(dir, name, MAX_SAVED_FILE).ok();
-                        if let Some(c) = &c {
-                            self.saved += c.len();
-                        }
-                        c
-                    } else {
-                        None
+                self.record(dir, name, rel, kind, in_git(folded));
+            }
+            let descend = kind == Kind::Dir
+                && !in_git(folded).is_some_and(|g| {
+                    g.len() == 1 && GIT_DATA.contains(&g[0].as_str())
+                        || g.len() >= 3
+                            && g[g.len() - 3] == "modules"
+                            && GIT_DATA.contains(&g[g.len() - 1].as_str())
+                });
+            if descend {
+                // (The repository's data folders are skipped: nothing protected lives there.)
+                match open_dir_at(dir, name) {
+                    Ok(sub) => self.dir(sub, rel, folded, child_git, interesting),
+                    Err(e)
+                        if [Errno::NOENT, Errno::LOOP, Errno::NOTDIR]
+                            .iter()
+                            .any(|n| e.raw_os_error() == Some(n.raw_os_error())) => {}
+                    Err(e) => {
+                        self.scan.incomplete.get_or_insert_with(|| {
+                            format!("cannot open the folder {}: {e}", rel.display())
+                        });
                     }
-                } else {
-                    None
-                };
-                let target = (kind == Kind::Link)
-                    .then(|| rfs::readlinkat(dir, name, Vec::new()).ok())
-                    .flatten()
-                    .map(|c| c.into_bytes());
-                self.scan.entries.insert(
-                    child_rel.clone(),
-                    Entry {
-                        kind,
-                        stamp: stamp_of(&st),
-                        held,
-                        content,
-                        target,
-                    },
-                );
-            }
-            if kind != Kind::Dir {
-                continue;
-            }
-            if let Some(g) = &child_git {
-                if g.len() == 1 && GIT_DATA.contains(&g[0].as_str())
-                    || g.len() >= 3
-                        && g[g.len() - 3] == "modules"
-                        && GIT_DATA.contains(&g[g.len() - 1].as_str())
-                {
-                    continue; // the repository's data: nothing protected lives there
                 }
             }
-            match open_dir_at(dir, name) {
-                Ok(sub) => self.dir(&sub, &child_rel, &child_folded, child_git.as_deref()),
-                Err(e)
-                    if [Errno::NOENT, Errno::LOOP, Errno::NOTDIR]
-                        .iter()
-                        .any(|n| e.raw_os_error() == Some(n.raw_os_error())) => {}
-                Err(e) => {
-                    self.scan.incomplete.get_or_insert_with(|| {
-                        format!("cannot open the folder {}: {e}", child_rel.display())
-                    });
-                }
-            }
+            folded.pop();
+            rel.pop();
         }
+    }
+
+    /// Records a protected entry: its version, and the content of a small held file.
+    fn record(
+        &mut self,
+        dir: rustix::fd::BorrowedFd<'_>,
+        name: &OsStr,
+        rel: &Path,
+        kind: Kind,
+        in_git: Option<Vec<String>>,
+    ) {
+        let Ok(st) = rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+            return; // gone meanwhile
+        };
+        let kind = if kind_of(st.st_mode) == kind {
+            kind
+        } else {
+            kind_of(st.st_mode)
+        };
+        let held = match &in_git {
+            Some(g) => is_control(g),
+            None => true,
+        };
+        let content = if held && kind == Kind::File {
+            let size = st.st_size as u64;
+            if size <= MAX_SAVED_FILE && self.saved + size as usize <= MAX_SAVED_TOTAL {
+                let c = read_at(dir, name, MAX_SAVED_FILE).ok();
+                if let Some(c) = &c {
+                    self.saved += c.len();
+                }
+                c
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        let target = (kind == Kind::Link)
+            .then(|| rfs::readlinkat(dir, name, Vec::new()).ok())
+            .flatten()
+            .map(|c| c.into_bytes());
+        self.scan.entries.insert(
+            rel.to_path_buf(),
+            Entry {
+                kind,
+                stamp: stamp_of(&st),
+                held,
+                content,
+                target,
+            },
+        );
     }
 }
 
@@ -317,7 +358,14 @@ fn scan(root_fd: &OwnedFd, protected: &Protected) -> Scan {
         visited: 0,
         saved: 0,
     };
-    w.dir(root_fd, Path::new(""), &[], None);
+    // A new open of the folder, not a duplicate of the handle: a duplicate shares the read
+    // position, and a second scan would start at the end of the listing.
+    match open_dir_at(root_fd, std::ffi::OsStr::new(".")) {
+        Ok(fd) => w.dir(fd, &mut PathBuf::new(), &mut PathBuf::new(), None, false),
+        Err(e) => {
+            w.scan.incomplete = Some(format!("cannot read the workspace folder: {e}"));
+        }
+    }
     w.scan
 }
 
@@ -400,6 +448,12 @@ impl Guard {
             if a.is_some_and(|a| a.kind == b.kind && same(a, b)) {
                 continue;
             }
+            // Before writing anything, look at the entry itself again: the scan may have
+            // missed it (a folder it could not read), and nothing is put back unless it really
+            // changed.
+            if self.unchanged(rel, b) {
+                continue;
+            }
             let shown = rel.display().to_string();
             match self.put_back(rel, b) {
                 Ok(()) => report.restored.push(shown),
@@ -457,6 +511,34 @@ impl Guard {
             }
         }
         out
+    }
+
+    /// Whether a held entry is still as it was, looked at directly (no link followed).
+    fn unchanged(&self, rel: &Path, b: &Entry) -> bool {
+        let Ok(dir) = open_parent(&self.root_fd, rel) else {
+            return false;
+        };
+        let name = rel.file_name().unwrap_or_default();
+        let Ok(st) = rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+            return false;
+        };
+        let kind = kind_of(st.st_mode);
+        if kind != b.kind {
+            return false;
+        }
+        let now = Entry {
+            kind,
+            stamp: stamp_of(&st),
+            held: true,
+            content: (kind == Kind::File && b.content.is_some())
+                .then(|| read_at(&dir, name, MAX_SAVED_FILE).ok())
+                .flatten(),
+            target: (kind == Kind::Link)
+                .then(|| rfs::readlinkat(&dir, name, Vec::new()).ok())
+                .flatten()
+                .map(|c| c.into_bytes()),
+        };
+        same(&now, b)
     }
 
     /// Puts one held entry back as it was.
@@ -724,6 +806,18 @@ mod tests {
                 "sample",
                 "{shape}: {r:?}"
             );
+        }
+    }
+
+    #[test]
+    fn every_scan_sees_the_whole_tree() {
+        let (_tmp, ws) = repo();
+        let p = protected();
+        let g = Guard::capture(&ws, &p).unwrap();
+        for _ in 0..3 {
+            let r = g.finish(&p);
+            assert!(r.is_empty(), "{r:?}");
+            assert_eq!(scan(&g.root_fd, &p).entries.len(), g.len());
         }
     }
 
