@@ -18,7 +18,7 @@ use crate::checkpoint::tree::Shadow;
 use crate::policy::{Level, reference_default};
 use crate::terminal::exec::{self, Ended};
 use crate::terminal::jobs::JobState;
-use crate::terminal::{GitGuard, secs};
+use crate::terminal::{GitGuard, Terminal, secs};
 
 pub struct RunTerminalCommand;
 pub struct CheckBackgroundJob;
@@ -152,7 +152,7 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
     let tmp = term
         .temp_dir()
         .map_err(|e| ToolError::Failed(format!("cannot create a temporary folder: {e}")))?;
-    let req = term.request(command, &root, &tmp);
+    let req = term.request(command, &root, &tmp, &term.configured_readonly(&root));
     let mut running = exec::start(&req).map_err(|e| {
         ToolError::Failed(format!(
             "cannot start the command ({e}); is {} executable?",
@@ -168,8 +168,9 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
         .lock()
         .map(|c| c.render())
         .unwrap_or_default();
+    let report = running.report();
     drop(running);
-    let _ = std::fs::remove_dir_all(&tmp);
+    Terminal::remove_temp_dir(&tmp);
     let restored = guard.restore(&root);
     if ended == Ended::Cancelled {
         return Err(ToolError::Failed("cancelled".into()));
@@ -194,8 +195,21 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
             secs(req.idle_timeout)
         ),
         Ended::Cancelled | Ended::Stopped => "Command was stopped".to_string(),
+        Ended::SupervisorKilled { signal, leftovers } => format!(
+            "Command's supervisor was killed by signal {signal} after {}; toolpilot then \
+             killed {leftovers} remaining process{} of the command. The output above may be \
+             partial",
+            secs(elapsed),
+            if leftovers == 1 { "" } else { "es" }
+        ),
     };
     out.push_str(&format!("[Status: {status} ({})]", term.describe()));
+    if let Some(r) = &report {
+        for note in crate::terminal::report_notes(r, &root) {
+            out.push('\n');
+            out.push_str(&note);
+        }
+    }
     if !matches!(ended, Ended::Exited(0)) {
         if let Some(p) = looks_like_prompt(&output) {
             out.push_str(&format!(
@@ -254,13 +268,13 @@ async fn background(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
     let tmp = term
         .temp_dir()
         .map_err(|e| ToolError::Failed(format!("cannot create a temporary folder: {e}")))?;
-    let req = term.request(command, &root, &tmp);
+    let req = term.request(command, &root, &tmp, &term.configured_readonly(&root));
     let running = exec::start(&req)
         .map_err(|e| ToolError::Failed(format!("cannot start the command ({e})")))?;
     let end_env = env.clone();
     let end_root = root.clone();
     let job = term.jobs.spawn(command, &env.run_id, running, term.config.job_timeout, move || {
-        let _ = std::fs::remove_dir_all(&tmp);
+        Terminal::remove_temp_dir(&tmp);
         let restored = guard.restore(&end_root);
         if !restored.is_empty() {
             tracing::warn!(files = ?restored, "a background job changed git hooks or config; restored");
