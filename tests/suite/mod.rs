@@ -13,6 +13,7 @@ mod python_sdk;
 mod responses;
 mod rules;
 mod runs;
+mod sandbox;
 mod terminal;
 mod textcalls;
 mod tools;
