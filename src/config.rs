@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -254,6 +254,18 @@ pub struct TerminalConfig {
     pub network: bool,
     /// Extra folders commands may write.
     pub writable: Vec<PathBuf>,
+    /// Files and folders commands may not read (absolute, `~/` expanded; the state folder is
+    /// always the last entry). Missing ones are ignored.
+    pub deny_read: Vec<PathBuf>,
+    /// Workspace-relative files and folders commands may not change (read-only in the
+    /// command's mount namespace, where the kernel allows one).
+    pub readonly: Vec<PathBuf>,
+    /// Use at most this Landlock ABI (not configurable: tests use it to see how an older
+    /// kernel behaves).
+    pub max_landlock_abi: Option<u8>,
+    /// Use no namespaces even where the kernel offers them (not configurable: tests use it to
+    /// see how a machine without them behaves).
+    pub no_namespaces: bool,
     /// Environment variables (glob patterns) never passed to commands.
     pub scrub_env: Vec<String>,
     pub max_jobs: usize,
@@ -451,6 +463,8 @@ struct TerminalFile {
     sandbox: Option<bool>,
     network: Option<bool>,
     writable: Option<Vec<PathBuf>>,
+    deny_read: Option<Vec<String>>,
+    readonly: Option<Vec<PathBuf>>,
     scrub_env: Option<Vec<String>>,
     max_jobs: Option<usize>,
     job_timeout_secs: Option<f64>,
@@ -871,6 +885,10 @@ impl Config {
             sandbox: tf.sandbox.unwrap_or(true),
             network: tf.network.unwrap_or(false),
             writable: tf.writable.unwrap_or_default(),
+            deny_read: deny_read(tf.deny_read, env("HOME"), &state_dir)?,
+            readonly: readonly(tf.readonly.unwrap_or_default())?,
+            max_landlock_abi: None,
+            no_namespaces: false,
             scrub_env: tf.scrub_env.unwrap_or_else(|| {
                 [
                     "*_API_KEY",
@@ -1287,6 +1305,108 @@ fn resolve_search(
     }))
 }
 
+/// The home folder's credential stores: what `terminal.deny_read` is when not set.
+pub const DEFAULT_DENY_READ: &[&str] = &[
+    "~/.ssh",
+    "~/.gnupg",
+    "~/.aws",
+    "~/.azure",
+    "~/.config/gcloud",
+    "~/.oci",
+    "~/.kube",
+    "~/.docker",
+    "~/.config/containers/auth.json",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.config/git/credentials",
+    "~/.config/gh",
+    "~/.config/hub",
+    "~/.config/glab-cli",
+    "~/.npmrc",
+    "~/.pypirc",
+    "~/.gem/credentials",
+    "~/.cargo/credentials",
+    "~/.cargo/credentials.toml",
+    "~/.password-store",
+    "~/.local/share/keyrings",
+    "~/.config/op",
+    "~/.vault-token",
+    "~/.terraform.d/credentials.tfrc.json",
+    "~/.config/doctl",
+    "~/.config/rclone",
+    "~/.s3cfg",
+    "~/.boto",
+    "~/.pgpass",
+    "~/.my.cnf",
+    "~/.mozilla",
+    "~/.config/google-chrome",
+    "~/.config/chromium",
+];
+
+/// `terminal.deny_read` resolved: `~/` expanded, every entry absolute, the state folder last.
+/// Without `HOME`, the default entries (all under `~`) are left out; a configured `~/` entry is
+/// an error.
+fn deny_read(
+    configured: Option<Vec<String>>,
+    home: Option<String>,
+    state_dir: &Path,
+) -> Result<Vec<PathBuf>, ConfigError> {
+    let defaults = configured.is_none();
+    let entries =
+        configured.unwrap_or_else(|| DEFAULT_DENY_READ.iter().map(|s| s.to_string()).collect());
+    let mut out = Vec::new();
+    for e in entries {
+        let path = match (e.strip_prefix("~/"), &home) {
+            (Some(rest), Some(h)) => PathBuf::from(h).join(rest),
+            (Some(_), None) if defaults => continue,
+            (Some(_), None) => {
+                return Err(err(format!(
+                    "terminal.deny_read: {e:?} starts with ~/ but HOME is not set; \
+                     write the absolute path"
+                )));
+            }
+            (None, _) => PathBuf::from(&e),
+        };
+        if !path.is_absolute() {
+            return Err(err(format!(
+                "terminal.deny_read: {e:?} is not an absolute path; write /… or ~/…"
+            )));
+        }
+        if path.parent().is_none() {
+            return Err(err(
+                "terminal.deny_read: \"/\" would hide every file; name the folders to hide",
+            ));
+        }
+        out.push(path);
+    }
+    let state = std::path::absolute(state_dir).map_err(|e| {
+        err(format!(
+            "state_dir: cannot make {} absolute ({e})",
+            state_dir.display()
+        ))
+    })?;
+    out.push(state);
+    Ok(out)
+}
+
+/// `terminal.readonly`: paths relative to the workspace, never leaving it.
+fn readonly(paths: Vec<PathBuf>) -> Result<Vec<PathBuf>, ConfigError> {
+    use std::path::Component;
+    for p in &paths {
+        let ok = !p.as_os_str().is_empty()
+            && p.components()
+                .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+        if !ok {
+            return Err(err(format!(
+                "terminal.readonly: {:?} must be a path inside the workspace, relative to its \
+                 root (such as .git or .vscode/tasks.json), without ..",
+                p.display().to_string()
+            )));
+        }
+    }
+    Ok(paths)
+}
+
 fn positive(key: &str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
     match v {
         Some(0) => Err(err(format!("{key} must be greater than 0"))),
@@ -1419,6 +1539,9 @@ mod tests {
             c.sensitive_files.len(),
             crate::workspace::DEFAULT_SENSITIVE.len()
         );
+        // The example's deny_read is the default list (plus the state folder).
+        let defaults = load("", &[], CommonArgs::default()).unwrap();
+        assert_eq!(c.terminal.deny_read, defaults.terminal.deny_read);
         // Every key of every section, including the commented-out ones.
         let keys = [
             "workspace",
@@ -1486,6 +1609,8 @@ mod tests {
             "wait_secs",
             "embeddings_model",
             "rerank_candidates",
+            "deny_read",
+            "readonly",
         ];
         for key in keys {
             assert!(
@@ -1593,6 +1718,63 @@ mod tests {
                 "MY_SERVICE_TOKEN",
                 "DB_PASSWORD"
             ]
+        );
+    }
+
+    #[test]
+    fn commands_are_denied_credentials_and_the_state_folder() {
+        let state = CommonArgs {
+            state_dir: Some("/var/tp".into()),
+            ..CommonArgs::default()
+        };
+        let c = load("", &[], state.clone()).unwrap();
+        let d = &c.terminal.deny_read;
+        assert!(d.contains(&PathBuf::from("/home/test/.ssh")), "{d:?}");
+        assert!(d.contains(&PathBuf::from("/home/test/.aws")), "{d:?}");
+        assert_eq!(d.last(), Some(&PathBuf::from("/var/tp")));
+        assert_eq!(d.len(), DEFAULT_DENY_READ.len() + 1);
+        // Configured: the list replaces the defaults; the state folder is always added.
+        let c = load(
+            "[terminal]\ndeny_read = [\"~/.secret\", \"/etc/app/key\"]\n",
+            &[],
+            state.clone(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.terminal.deny_read,
+            [
+                PathBuf::from("/home/test/.secret"),
+                "/etc/app/key".into(),
+                "/var/tp".into()
+            ]
+        );
+        for (toml_text, message) in [
+            (
+                "deny_read = [\"notes\"]",
+                "\"notes\" is not an absolute path",
+            ),
+            ("deny_read = [\"/\"]", "would hide every file"),
+            (
+                "readonly = [\"../x\"]",
+                "must be a path inside the workspace",
+            ),
+            (
+                "readonly = [\"/abs\"]",
+                "must be a path inside the workspace",
+            ),
+        ] {
+            let e = load(&format!("[terminal]\n{toml_text}\n"), &[], state.clone()).unwrap_err();
+            assert!(e.contains(message), "{toml_text}: {e}");
+        }
+        let c = load(
+            "[terminal]\nreadonly = [\".git\", \".vscode/tasks.json\"]\n",
+            &[],
+            state,
+        )
+        .unwrap();
+        assert_eq!(
+            c.terminal.readonly,
+            [PathBuf::from(".git"), ".vscode/tasks.json".into()]
         );
     }
 

@@ -117,10 +117,18 @@ fn init_logging(default: &str) {
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    // The command supervisor: toolpilot re-executes itself as `toolpilot __sandbox … -- CMD`.
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("__sandbox") {
-        return toolpilot::terminal::sandbox::supervise(&args[2..]);
+    // The command sandbox re-executes toolpilot: `__sandbox … -- CMD` is the supervisor,
+    // `__sandbox-exec` the command's second stage, `__sandbox-probe` the start-up probe.
+    // Their arguments are paths, which need not be UTF-8.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(stage) = args.get(1).and_then(|a| a.to_str()) {
+        use toolpilot::terminal::{confine, sandbox};
+        match stage {
+            sandbox::SUPERVISOR_ARG => return sandbox::supervise(&args[2..]),
+            confine::EXEC_ARG => return confine::run(&args[2..]),
+            confine::PROBE_ARG => return confine::probe(&args[2..]),
+            _ => {}
+        }
     }
     let cli = Cli::parse();
     toolpilot::install_crypto_provider();
@@ -235,6 +243,15 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
         server: Arc::new(config.server.clone()),
     };
     tracing::info!("commands: {}", engine_terminal.describe());
+    if engine_terminal.sandboxed() {
+        tracing::info!(
+            "command namespaces: {}",
+            engine_terminal.sandbox.namespace_detail
+        );
+        for w in engine_terminal.read_warnings(&config.workspace) {
+            tracing::warn!("commands: {w}");
+        }
+    }
     let result = server::serve(listener, state, shutdown_signal()).await;
     // Background jobs die with the server.
     engine_terminal.jobs.shutdown().await;
@@ -377,12 +394,7 @@ fn policy_check(common: CommonArgs, command: &str, json: bool) -> Result<(), Str
     let sandbox = if config.terminal.sandbox {
         toolpilot::terminal::sandbox::detect()
     } else {
-        toolpilot::terminal::sandbox::SandboxStatus {
-            available: false,
-            landlock_abi: None,
-            network_restrictable: false,
-            detail: "turned off".into(),
-        }
+        toolpilot::terminal::sandbox::SandboxStatus::off("turned off")
     };
     let (decision, a) = policy.decide_command("run_terminal_command", command, sandbox.available);
     let approved = matches!(decision, toolpilot::policy::Decision::Ask { .. })

@@ -265,6 +265,8 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
             "landlock": engine.terminal.sandbox,
             "commands": engine.terminal.describe(),
             "unsandboxed_commands": engine.config.policy.unsandboxed.as_continue(),
+            "deny_read": engine.terminal.config.deny_read,
+            "warnings": engine.terminal.read_warnings(engine.workspace.root()),
         },
     });
     (

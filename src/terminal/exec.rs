@@ -5,8 +5,13 @@
 //! command the same way: SIGTERM to the supervisor, which terminates and reaps the whole tree
 //! within a fraction of a second (SIGKILL follows if it does not). Dropping a running
 //! [`Running`] does the same, so a client that goes away never leaves a process behind.
+//!
+//! A supervisor that dies by a signal nobody here sent was killed by the command (possible
+//! only where Landlock has no signal scope) or by someone else; then what is left of the
+//! command is found in `/proc` and killed ([`sweep`]), and the result says so.
 
 use std::collections::VecDeque;
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -17,7 +22,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-use super::sandbox::Spec;
+use super::sandbox::{Report, Spec};
 
 /// How to run a command.
 #[derive(Debug, Clone)]
@@ -27,6 +32,8 @@ pub struct Request {
     pub spec: Spec,
     pub cwd: PathBuf,
     pub env: Vec<(String, String)>,
+    /// The command's private temporary folder (its `TMPDIR`, which marks its processes).
+    pub tmp: PathBuf,
     pub timeout: Duration,
     pub idle_timeout: Duration,
     pub head_bytes: usize,
@@ -41,6 +48,12 @@ pub enum Ended {
     Idle,
     Cancelled,
     Stopped,
+    /// The supervisor died by a signal toolpilot did not send; `leftovers` processes of the
+    /// command were found afterwards and killed.
+    SupervisorKilled {
+        signal: i32,
+        leftovers: usize,
+    },
 }
 
 /// Output kept within bounds: the first `head` bytes and the last `tail` bytes.
@@ -120,6 +133,8 @@ fn clean(bytes: &[u8]) -> String {
 pub struct Running {
     child: Child,
     pid: u32,
+    /// What identifies the command's processes if the supervisor is gone.
+    marks: Marks,
     pub capture: Arc<Mutex<Capture>>,
     pub started: Instant,
     readers: Vec<tokio::task::JoinHandle<()>>,
@@ -138,12 +153,97 @@ fn kill(pid: u32) {
     }
 }
 
+/// What tells a command's processes apart once its supervisor is gone.
+#[derive(Debug, Clone)]
+pub struct Marks {
+    /// The sandbox report (the command's session id and network namespace).
+    report: Option<PathBuf>,
+    /// `TMPDIR=…` as it appears in the environment of every process of the command.
+    tmpdir: Vec<u8>,
+}
+
+impl Marks {
+    fn new(req: &Request) -> Marks {
+        let mut tmpdir = b"TMPDIR=".to_vec();
+        tmpdir.extend_from_slice(req.tmp.as_os_str().as_encoded_bytes());
+        Marks {
+            report: req.spec.report.clone(),
+            tmpdir,
+        }
+    }
+
+    /// Whether process `pid` belongs to the command: in its session, in its own network
+    /// namespace, or started with its `TMPDIR`. Zombies and other users' processes do not
+    /// count.
+    fn owns(&self, pid: u32, report: Option<&Report>, uid: u32) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let dir = format!("/proc/{pid}");
+        if std::fs::metadata(&dir).ok().map(|m| m.uid()) != Some(uid) {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("{dir}/stat")) else {
+            return false;
+        };
+        // pid (comm) state ppid pgrp session …
+        let Some(fields) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return false;
+        };
+        let fields: Vec<&str> = fields.split_whitespace().collect();
+        if fields.first() == Some(&"Z") {
+            return false;
+        }
+        if let Some(r) = report {
+            if fields.get(3).and_then(|s| s.parse::<u32>().ok()) == Some(r.pid) {
+                return true;
+            }
+            if let Some(ns) = r.netns {
+                if std::fs::metadata(format!("{dir}/ns/net")).is_ok_and(|m| m.ino() == ns) {
+                    return true;
+                }
+            }
+        }
+        std::fs::read(format!("{dir}/environ")).is_ok_and(|env| {
+            env.split(|&b| b == 0)
+                .any(|var| var == self.tmpdir.as_slice())
+        })
+    }
+}
+
+/// Kills every remaining process of a command whose supervisor is gone; returns how many
+/// there were. Repeats until a pass finds none (a process may fork while others die).
+pub fn sweep(marks: &Marks) -> usize {
+    let report = marks.report.as_deref().and_then(Report::read);
+    let uid = rustix::process::geteuid().as_raw();
+    let me = std::process::id();
+    let mut killed = std::collections::BTreeSet::new();
+    for _ in 0..100 {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            break;
+        };
+        let found: Vec<u32> = dir
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&p| p != me && marks.owns(p, report.as_ref(), uid))
+            .collect();
+        if found.is_empty() {
+            break;
+        }
+        for p in found {
+            kill(p);
+            killed.insert(p);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    killed.len()
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         if !self.done {
             // The supervisor cleans up the whole tree on SIGTERM; if it were stuck, make sure.
             terminate(self.pid);
             let pid = self.pid;
+            let marks = self.marks.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_secs(2));
                 if std::fs::metadata(format!("/proc/{pid}")).is_ok() {
@@ -151,6 +251,8 @@ impl Drop for Running {
                         std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
                     if !state.contains(") Z") {
                         kill(pid);
+                        std::thread::sleep(Duration::from_millis(50));
+                        sweep(&marks);
                     }
                 }
             });
@@ -201,6 +303,7 @@ pub fn start(req: &Request) -> std::io::Result<Running> {
     Ok(Running {
         child,
         pid,
+        marks: Marks::new(req),
         capture,
         started: Instant::now(),
         readers,
@@ -218,6 +321,11 @@ impl Running {
         self.pid
     }
 
+    /// What the sandbox's second stage reported (after the command has started).
+    pub fn report(&self) -> Option<Report> {
+        self.marks.report.as_deref().and_then(Report::read)
+    }
+
     /// Whether the process has ended (without waiting).
     pub fn try_finished(&mut self) -> Option<i32> {
         match self.child.try_wait() {
@@ -227,6 +335,14 @@ impl Running {
             }
             _ => None,
         }
+    }
+
+    /// Kills what is left of the command after its supervisor died (off the async threads).
+    async fn sweep(&self) -> usize {
+        let marks = self.marks.clone();
+        tokio::task::spawn_blocking(move || sweep(&marks))
+            .await
+            .unwrap_or(0)
     }
 
     /// Waits for the end, enforcing the timeouts and cancellation.
@@ -248,9 +364,18 @@ impl Running {
             tokio::select! {
                 status = self.child.wait() => {
                     self.done = true;
+                    // A supervisor never dies by a signal of its own: it was killed.
+                    let killed = status.as_ref().ok().and_then(|s| s.signal());
+                    let leftovers = match killed {
+                        Some(_) => self.sweep().await,
+                        None => 0,
+                    };
                     // Let the readers drain what the tree wrote before it ended.
                     for r in self.readers.drain(..) {
                         let _ = tokio::time::timeout(Duration::from_secs(2), r).await;
+                    }
+                    if let Some(signal) = killed {
+                        return Ended::SupervisorKilled { signal, leftovers };
                     }
                     let code = status.ok().and_then(|s| s.code()).unwrap_or(128 + 15);
                     return Ended::Exited(code);
@@ -275,18 +400,26 @@ impl Running {
         }
     }
 
-    /// Stops the command and its whole tree: SIGTERM to the supervisor, SIGKILL after 2 s.
+    /// Stops the command and its whole tree: SIGTERM to the supervisor, SIGKILL after 2 s
+    /// (and then whatever the supervisor could not clean up is found and killed).
     pub async fn stop(&mut self) {
         if self.done {
             return;
         }
         terminate(self.pid);
-        if tokio::time::timeout(Duration::from_secs(2), self.child.wait())
-            .await
-            .is_err()
-        {
-            kill(self.pid);
-            let _ = self.child.wait().await;
+        let ended = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+        // Killed before it could clean up: by the command (no signal scope), or stuck.
+        let lost = match ended {
+            Ok(Ok(status)) => status.signal().is_some_and(|s| s != Signal::TERM.as_raw()),
+            Ok(Err(_)) => false,
+            Err(_) => {
+                kill(self.pid);
+                let _ = self.child.wait().await;
+                true
+            }
+        };
+        if lost {
+            self.sweep().await;
         }
         self.done = true;
         for r in self.readers.drain(..) {

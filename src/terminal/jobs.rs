@@ -163,6 +163,15 @@ impl Jobs {
                 Ended::Exited(c) => JobState::Exited(c),
                 Ended::TimedOut => JobState::TimedOut,
                 Ended::Idle | Ended::Cancelled | Ended::Stopped => JobState::Stopped,
+                Ended::SupervisorKilled { signal, leftovers } => {
+                    tracing::warn!(
+                        job = %j.id,
+                        signal,
+                        leftovers,
+                        "a background job's supervisor was killed; its remaining processes were killed"
+                    );
+                    JobState::Exited(128 + signal)
+                }
             };
             drop(running);
             // The job counts as ended once what follows it (protected paths put back, changes

@@ -2,13 +2,15 @@
 //! background jobs, the environment commands get, and the protected paths around commands
 //! (`guard`).
 //!
-//! Only the supervisor (`sandbox.rs`) and `exec.rs` start processes; the policy calls into
-//! `rules.rs` (pure).
+//! Only the supervisor (`sandbox.rs`, `confine.rs`) and `exec.rs` start processes; the policy
+//! calls into `rules.rs` (pure).
 
+pub mod confine;
 pub mod exec;
 pub mod guard;
 pub mod jobs;
 pub mod parse;
+pub mod reads;
 pub mod rules;
 pub mod sandbox;
 
@@ -38,16 +40,22 @@ impl Terminal {
         state: PathBuf,
         protected: crate::policy::Protected,
     ) -> Terminal {
-        let sandbox = if config.sandbox {
-            sandbox::detect()
+        let mut sandbox = if config.sandbox {
+            let scratch = state.join("tmp");
+            let _ = std::fs::create_dir_all(&scratch);
+            sandbox::detect_with_namespaces(&config.helper, &scratch)
         } else {
-            sandbox::SandboxStatus {
-                available: false,
-                landlock_abi: None,
-                network_restrictable: false,
-                detail: "the sandbox is turned off (terminal.sandbox = false)".into(),
-            }
+            sandbox::SandboxStatus::off("the sandbox is turned off (terminal.sandbox = false)")
         };
+        if let Some(max) = config.max_landlock_abi {
+            sandbox = sandbox.cap_abi(max);
+        }
+        if config.no_namespaces {
+            sandbox.mount_namespace = false;
+            sandbox.network_namespace = false;
+            sandbox.user_namespace = false;
+            sandbox.namespace_detail = "namespaces are not used (a test setting)".into();
+        }
         let mut scrub = config.scrub_env.clone();
         scrub.extend(secret_vars);
         Terminal {
@@ -65,23 +73,48 @@ impl Terminal {
         self.sandbox.available
     }
 
-    /// A one-line description for results and logs.
+    /// Whether protected paths given to [`Terminal::request`] are read-only for the command by
+    /// construction (a mount namespace); if not, they are not passed to it at all, and the
+    /// caller has to detect and restore changes.
+    pub fn readonly_by_construction(&self) -> bool {
+        self.sandbox.available && self.sandbox.mount_namespace
+    }
+
+    /// Whether a command without network gets a network namespace of its own.
+    fn isolates_network(&self) -> bool {
+        self.sandbox.available && !self.config.network && self.sandbox.network_namespace
+    }
+
+    /// A one-line description for results and logs: what commands can reach.
     pub fn describe(&self) -> String {
-        if self.sandbox.available {
-            format!(
-                "sandbox: {}, writes limited to the workspace, network {}",
-                self.sandbox.detail,
-                if self.config.network {
-                    "allowed"
-                } else if self.sandbox.network_restrictable {
-                    "off"
-                } else {
-                    "not restricted (kernel too old)"
-                }
-            )
-        } else {
-            format!("no sandbox: {}", self.sandbox.detail)
+        let s = &self.sandbox;
+        if !s.available {
+            return format!("no sandbox: {}", s.detail);
         }
+        let network = if self.config.network {
+            "network allowed"
+        } else if self.isolates_network() {
+            "network off (no TCP, UDP or DNS)"
+        } else if s.network_restrictable {
+            "TCP off, but UDP and DNS are not blocked (no network namespace)"
+        } else {
+            "network not restricted (kernel too old)"
+        };
+        let signals = if s.signal_scope {
+            "cannot signal toolpilot"
+        } else {
+            "can signal the user's processes (Landlock ABI below 6)"
+        };
+        let protected = if s.mount_namespace {
+            "protected paths read-only"
+        } else {
+            "protected paths restored afterwards (no mount namespace)"
+        };
+        format!(
+            "sandbox: {}, writes limited to the workspace, secrets unreadable, {network}, \
+             {signals}, {protected}",
+            s.detail
+        )
     }
 
     fn is_secret(&self, name: &str) -> bool {
@@ -126,7 +159,8 @@ impl Terminal {
         self.state.join("cache")
     }
 
-    /// A fresh private temporary folder for one command.
+    /// A fresh private temporary folder for one command. Remove it with
+    /// [`Terminal::remove_temp_dir`] when the command is over.
     pub fn temp_dir(&self) -> std::io::Result<PathBuf> {
         let dir = self
             .state
@@ -137,27 +171,145 @@ impl Terminal {
         Ok(dir)
     }
 
-    /// The supervisor request for `command` in `workspace`.
-    pub fn request(&self, command: &str, workspace: &Path, tmp: &Path) -> exec::Request {
+    /// Removes a command's temporary folder and its sandbox report.
+    pub fn remove_temp_dir(tmp: &Path) {
+        let _ = std::fs::remove_dir_all(tmp);
+        let _ = std::fs::remove_file(report_path(tmp));
+    }
+
+    /// What the read restrictions cannot do here, for the log and `/healthz`: denied paths
+    /// that stay readable, and crowded folders on the way to a denied path.
+    pub fn read_warnings(&self, workspace: &Path) -> Vec<String> {
+        if !self.sandboxed() {
+            return Vec::new();
+        }
+        let mut writable = vec![workspace.to_path_buf(), self.cache_dir()];
+        writable.extend(self.config.writable.iter().cloned());
+        let plan = reads::plan(&self.config.deny_read, &writable);
+        let mut out: Vec<String> = plan
+            .not_denied
+            .iter()
+            .map(|(p, why)| format!("{} stays readable: {why}", p.display()))
+            .collect();
+        for c in &plan.crowded {
+            out.push(format!(
+                "{} has more than {} entries: commands can read only the way through it",
+                c.display(),
+                reads::MAX_ENTRIES
+            ));
+        }
+        out
+    }
+
+    /// The workspace's `terminal.readonly` paths that exist, absolute.
+    pub fn configured_readonly(&self, workspace: &Path) -> Vec<PathBuf> {
+        self.config
+            .readonly
+            .iter()
+            .map(|r| workspace.join(r))
+            .filter(|p| p.symlink_metadata().is_ok())
+            .collect()
+    }
+
+    /// The supervisor request for `command` in `workspace`. `readonly` are absolute paths of
+    /// existing files and folders inside the workspace that the command may not change
+    /// (protected paths): they are made read-only in the command's mount namespace when
+    /// [`Terminal::readonly_by_construction`], and ignored otherwise.
+    pub fn request(
+        &self,
+        command: &str,
+        workspace: &Path,
+        tmp: &Path,
+        readonly: &[PathBuf],
+    ) -> exec::Request {
         let mut writable = vec![workspace.to_path_buf(), tmp.to_path_buf(), self.cache_dir()];
         writable.extend(self.config.writable.iter().cloned());
+        let readonly = if self.readonly_by_construction() {
+            canonical_inside(workspace, readonly)
+        } else {
+            Vec::new()
+        };
+        let unshare = sandbox::Namespaces {
+            mount: !readonly.is_empty(),
+            network: self.isolates_network(),
+            user: false,
+        };
+        let unshare = sandbox::Namespaces {
+            user: unshare.any() && self.sandbox.user_namespace,
+            ..unshare
+        };
         exec::Request {
             helper: self.config.helper.clone(),
             spec: sandbox::Spec {
                 landlock_abi: self.sandbox.landlock_abi,
                 writable,
+                readonly,
+                deny_read: self.config.deny_read.clone(),
                 network: self.config.network,
+                unshare,
                 nofile: crate::original_nofile(),
+                report: Some(report_path(tmp)),
                 argv: vec![self.config.shell.clone(), "-c".into(), command.into()],
             },
             cwd: workspace.to_path_buf(),
             env: self.environment(tmp),
+            tmp: tmp.to_path_buf(),
             timeout: self.config.timeout,
             idle_timeout: self.config.idle_timeout,
             head_bytes: self.config.head_bytes,
             tail_bytes: self.config.tail_bytes,
         }
     }
+}
+
+/// Where the second stage reports on a command: beside its temporary folder, where the
+/// command can neither write (Landlock) nor read (the state folder is denied).
+fn report_path(tmp: &Path) -> PathBuf {
+    tmp.with_extension("report")
+}
+
+/// `paths` (inside `workspace`) rewritten under the workspace's canonical path, which is how
+/// the second stage checks that no link was on the way. Paths outside are dropped.
+fn canonical_inside(workspace: &Path, paths: &[PathBuf]) -> Vec<PathBuf> {
+    let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    paths
+        .iter()
+        .filter_map(|p| {
+            let rel = p
+                .strip_prefix(workspace)
+                .or_else(|_| p.strip_prefix(&root))
+                .ok()?;
+            Some(root.join(rel))
+        })
+        .collect()
+}
+
+/// What a command's sandbox report says the model should know, as result lines (none when all
+/// went as asked).
+pub fn report_notes(report: &sandbox::Report, workspace: &Path) -> Vec<String> {
+    let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let rel = |p: &str| {
+        Path::new(p)
+            .strip_prefix(&root)
+            .map(|r| r.display().to_string())
+            .unwrap_or_else(|_| p.to_string())
+    };
+    let mut notes = Vec::new();
+    for d in &report.degraded {
+        notes.push(format!("[Sandbox: {d}; the command ran without them.]"));
+    }
+    if !report.skipped.is_empty() {
+        let list: Vec<String> = report
+            .skipped
+            .iter()
+            .map(|(p, why)| format!("{} ({why})", rel(p)))
+            .collect();
+        notes.push(format!(
+            "[Sandbox: not made read-only for this command: {}.]",
+            list.join(", ")
+        ));
+    }
+    notes
 }
 
 /// `*` matches any run of characters; everything else literally (for variable names).

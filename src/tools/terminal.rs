@@ -21,7 +21,7 @@ use crate::policy::{Level, reference_default};
 use crate::terminal::exec::{self, Ended};
 use crate::terminal::guard::{Guard, Report};
 use crate::terminal::jobs::JobState;
-use crate::terminal::secs;
+use crate::terminal::{Terminal, secs};
 use crate::tools::registry::{Grant, current_grant};
 
 pub struct RunTerminalCommand;
@@ -85,6 +85,21 @@ async fn capture_guard(env: &ToolEnv) -> Result<Guard, String> {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("cannot scan the workspace for protected paths: {e}"))
+}
+
+/// What a command gets read-only: the protected paths that exist (when a person did not
+/// approve it), and `terminal.readonly`.
+fn readonly_for(
+    term: &crate::terminal::Terminal,
+    root: &std::path::Path,
+    guard: &Result<Guard, String>,
+    held: bool,
+) -> Vec<std::path::PathBuf> {
+    let mut paths = term.configured_readonly(root);
+    if let (true, Ok(g)) = (held, guard) {
+        paths.extend(g.readonly_paths());
+    }
+    paths
 }
 
 /// After a command: puts protected paths back (`held`), or records a person-approved
@@ -210,7 +225,12 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
     let tmp = term
         .temp_dir()
         .map_err(|e| ToolError::Failed(format!("cannot create a temporary folder: {e}")))?;
-    let req = term.request(command, &root, &tmp);
+    let req = term.request(
+        command,
+        &root,
+        &tmp,
+        &readonly_for(term, &root, &guard, held),
+    );
     let mut running = exec::start(&req).map_err(|e| {
         ToolError::Failed(format!(
             "cannot start the command ({e}); is {} executable?",
@@ -226,8 +246,9 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
         .lock()
         .map(|c| c.render())
         .unwrap_or_default();
+    let report = running.report();
     drop(running);
-    let _ = std::fs::remove_dir_all(&tmp);
+    Terminal::remove_temp_dir(&tmp);
     let guard_note = match &guard {
         Ok(g) => settle_guard(env, g, held),
         Err(e) => Report {
@@ -259,8 +280,21 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
             secs(req.idle_timeout)
         ),
         Ended::Cancelled | Ended::Stopped => "Command was stopped".to_string(),
+        Ended::SupervisorKilled { signal, leftovers } => format!(
+            "Command's supervisor was killed by signal {signal} after {}; toolpilot then \
+             killed {leftovers} remaining process{} of the command. The output above may be \
+             partial",
+            secs(elapsed),
+            if leftovers == 1 { "" } else { "es" }
+        ),
     };
     out.push_str(&format!("[Status: {status} ({})]", term.describe()));
+    if let Some(r) = &report {
+        for note in crate::terminal::report_notes(r, &root) {
+            out.push('\n');
+            out.push_str(&note);
+        }
+    }
     if !matches!(ended, Ended::Exited(0)) {
         if let Some(p) = looks_like_prompt(&output) {
             out.push_str(&format!(
@@ -312,7 +346,12 @@ async fn background(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
     let tmp = term
         .temp_dir()
         .map_err(|e| ToolError::Failed(format!("cannot create a temporary folder: {e}")))?;
-    let req = term.request(command, &root, &tmp);
+    let req = term.request(
+        command,
+        &root,
+        &tmp,
+        &readonly_for(&term, &root, &guard, held),
+    );
     let running = exec::start(&req)
         .map_err(|e| ToolError::Failed(format!("cannot start the command ({e})")))?;
     let end_env = env.clone();
@@ -322,7 +361,7 @@ async fn background(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
         running,
         term.config.job_timeout,
         move || {
-            let _ = std::fs::remove_dir_all(&tmp);
+            Terminal::remove_temp_dir(&tmp);
             let note = match &guard {
                 Ok(g) => settle_guard(&end_env, g, held),
                 Err(e) => Report {

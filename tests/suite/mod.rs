@@ -14,6 +14,7 @@ mod python_sdk;
 mod responses;
 mod rules;
 mod runs;
+mod sandbox;
 mod terminal;
 mod textcalls;
 mod tools;

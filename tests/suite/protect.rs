@@ -83,16 +83,18 @@ async fn links_planted_by_commands_are_never_written_through() {
             "mv .git .git-moved && ln -s @TOP@/outside .git",
         ),
     ];
-    for yes in [false, true] {
+    for (yes, no_ns) in [(false, false), (true, false), (true, true)] {
         for (what, line) in shapes {
-            let mut b = TestServer::builder().script(calls_script(&[cmd(line)]));
+            let mut b = TestServer::builder()
+                .script(calls_script(&[cmd(line)]))
+                .tweak(move |c| c.terminal.no_namespaces = no_ns);
             if yes {
                 b = b.yes();
             }
             let s = b.start().await;
             make_repo(&s);
             let out = send_and_collect(&s, ask("go"), 1).await;
-            let what = format!("{what} (--yes: {yes}): {}", out[0]);
+            let what = format!("{what} (--yes: {yes}, no namespaces: {no_ns}): {}", out[0]);
             assert_outside_untouched(&s, &what);
             let meta = std::fs::symlink_metadata(s.path(".git")).unwrap();
             assert!(!meta.file_type().is_symlink(), "{what}");
@@ -270,7 +272,8 @@ async fn a_person_can_approve_a_protected_write_under_yes() {
 
 /// Commands the policy or `--yes` let run cannot leave a protected path created or changed:
 /// the planted-fsmonitor attack of issue 21, a nested repository, editor tasks, an `.envrc`.
-/// A command a person approved may, and its changes are recorded for undo.
+/// With a mount namespace the existing ones are read-only; without one (the fallback), what
+/// the command changed is put back and what it created removed. Either way the model is told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_cannot_plant_code_in_protected_paths() {
     let attack = "mkdir -p .git/x && cp -r .git/objects .git/refs .git/x/ && printf '[core]\\n\\tfsmonitor = \"touch PWNED\"\\n' | tee .git/x/config >/dev/null && printf 'x\\n' | tee .git/commondir >/dev/null";
@@ -281,42 +284,47 @@ async fn commands_cannot_plant_code_in_protected_paths() {
         cmd("printf 'touch PWNED' > .envrc; printf x > notes.txt"),
         cmd("printf '[core]\\n\\tfsmonitor = touch PWNED\\n' >> .git/config"),
     ];
-    let (s, out) = {
+    for no_ns in [false, true] {
         let s = TestServer::builder()
             .yes()
+            .tweak(move |c| c.terminal.no_namespaces = no_ns)
             .script(calls_script(&calls))
             .start()
             .await;
         make_repo(&s);
         let out = send_and_collect(&s, ask("go"), calls.len()).await;
-        (s, out)
-    };
-    let fsmonitor = git(&s.ws, &["config", "core.fsmonitor"]);
-    assert!(
-        fsmonitor.stdout.is_empty(),
-        "core.fsmonitor = {}: {out:#?}",
-        String::from_utf8_lossy(&fsmonitor.stdout)
-    );
-    assert_eq!(
-        std::fs::read_to_string(s.path(".git/config")).unwrap(),
-        CONFIG
-    );
-    for gone in [
-        ".git/commondir",
-        ".git/x/config",
-        ".vscode",
-        "sub/.git",
-        ".envrc",
-    ] {
-        assert!(!s.path(gone).exists(), "{gone} is still there: {out:#?}");
+        let fsmonitor = git(&s.ws, &["config", "core.fsmonitor"]);
+        assert!(
+            fsmonitor.stdout.is_empty(),
+            "core.fsmonitor = {} (no namespaces: {no_ns}): {out:#?}",
+            String::from_utf8_lossy(&fsmonitor.stdout)
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.path(".git/config")).unwrap(),
+            CONFIG
+        );
+        for gone in [
+            ".git/commondir",
+            ".git/x/config",
+            ".vscode",
+            "sub/.git",
+            ".envrc",
+        ] {
+            assert!(!s.path(gone).exists(), "{gone} is still there: {out:#?}");
+        }
+        assert!(s.path("notes.txt").exists(), "ordinary writes stay");
+        for (i, o) in out.iter().enumerate() {
+            let told = o.contains("[Protected paths: toolpilot");
+            let refused = o.contains("Read-only file system");
+            assert!(
+                told || (refused && !no_ns),
+                "call {i} (no namespaces: {no_ns}): {o}"
+            );
+        }
+        assert!(!s.ws.join("PWNED").exists());
+        // git still works in the workspace.
+        assert!(git(&s.ws, &["status", "--short"]).status.success());
     }
-    assert!(s.path("notes.txt").exists(), "ordinary writes stay");
-    for (i, o) in out.iter().enumerate() {
-        assert!(o.contains("[Protected paths: toolpilot"), "call {i}: {o}");
-    }
-    assert!(!s.ws.join("PWNED").exists());
-    // git still works in the workspace.
-    assert!(git(&s.ws, &["status", "--short"]).status.success());
 }
 
 /// Waits for the one call that waits for approval and answers it as a person would.
@@ -379,8 +387,10 @@ async fn a_person_approved_command_may_change_protected_paths_and_undo_restores_
 /// ends, and its report says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_job_cannot_leave_a_hook_behind() {
+    // Without namespaces, so that the hook is really written and must be taken away.
     let s = TestServer::builder()
         .yes()
+        .tweak(|c| c.terminal.no_namespaces = true)
         .script(json!({"rounds": [
             {"tool_calls": [{"id": "c1", "name": "run_terminal_command", "arguments": {
                 "command": "printf '#!/bin/sh\\ntouch PWNED\\n' > .git/hooks/post-checkout; sleep 1",

@@ -18,6 +18,9 @@ use toolpilot::config::{CommonArgs, Config};
 use toolpilot::mock::{MockUpstream, Recorded, Script};
 use toolpilot::server::{self, AppState};
 
+/// A change to the loaded configuration (see [`Builder::tweak`]).
+type Tweak = dyn FnOnce(&mut Config) + Send;
+
 pub struct Builder {
     files: Vec<(String, Vec<u8>)>,
     script: Option<Value>,
@@ -27,6 +30,7 @@ pub struct Builder {
     model: Option<String>,
     no_upstream: bool,
     reuse: Option<Arc<tempfile::TempDir>>,
+    tweak: Option<Box<Tweak>>,
 }
 
 pub struct TestServer {
@@ -49,6 +53,7 @@ impl TestServer {
             model: Some("mock-model".into()),
             no_upstream: false,
             reuse: None,
+            tweak: None,
         }
     }
 }
@@ -93,6 +98,13 @@ impl Builder {
     /// directory), as a restart would.
     pub fn reuse_dir(mut self, dir: Arc<tempfile::TempDir>) -> Self {
         self.reuse = Some(dir);
+        self
+    }
+
+    /// Changes the loaded configuration before the server starts (for settings no file can
+    /// make, such as `terminal.max_landlock_abi`).
+    pub fn tweak(mut self, f: impl FnOnce(&mut Config) + Send + 'static) -> Self {
+        self.tweak = Some(Box::new(f));
         self
     }
 
@@ -154,7 +166,10 @@ impl Builder {
             yes: self.yes,
             state_dir: Some(dir.path().join("state")),
         };
-        let config = Config::load_from(&args, &self.env).unwrap();
+        let mut config = Config::load_from(&args, &self.env).unwrap();
+        if let Some(f) = self.tweak {
+            f(&mut config);
+        }
         let engine = Arc::new(Engine::new(config.clone()).unwrap());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
