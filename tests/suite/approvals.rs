@@ -66,7 +66,7 @@ async fn a_waiting_call_is_listed_shown_in_the_stream_and_runs_when_approved() {
             .contains("policy.ask[0] `read_file(src/gen/**)`"),
         "{pending}"
     );
-    assert_eq!(pending["rules"], json!(["read_file(src/gen/out.rs)"]));
+    assert_eq!(pending["rules"], json!(["read_file(/src/gen/out.rs)"]));
     assert!(
         pending["expires_at"].as_u64().unwrap() >= pending["created_at"].as_u64().unwrap() + 29
     );
@@ -170,11 +170,11 @@ async fn always_allow_writes_a_rule_that_is_in_force_at_once() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(r.body["rules_added"], json!(["read_file(src/gen/out.rs)"]));
+    assert_eq!(r.body["rules_added"], json!(["read_file(/src/gen/out.rs)"]));
     let file = std::path::PathBuf::from(r.body["rules_file"].as_str().unwrap());
     let saved = std::fs::read_to_string(&file).unwrap();
     assert!(
-        saved.contains("allow = [\"read_file(src/gen/out.rs)\"]"),
+        saved.contains("allow = [\"read_file(/src/gen/out.rs)\"]"),
         "{saved}"
     );
     assert_eq!(
@@ -505,5 +505,68 @@ async fn answering_something_else_passes_the_message_on_and_always_writes_a_rule
         .flatten()
         .map(|d| std::fs::read_to_string(d.path().join("approved-rules.toml")).unwrap_or_default())
         .collect::<String>();
-    assert!(saved.contains("read_file(src/gen/out.rs)"), "{saved}");
+    assert!(saved.contains("read_file(/src/gen/out.rs)"), "{saved}");
+}
+
+/// "Always" on `edit_existing_file(README.md)` saves `/README.md`: the top-level file only,
+/// not every file of that name (issue 21: an answer is never wider than the call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_allowing_an_edit_covers_that_file_only_not_the_name_at_any_depth() {
+    let edit = |id: &str, path: &str| {
+        json!({"tool_calls": [{"id": id, "name": "edit_existing_file",
+            "arguments": {"filepath": path, "changes": "# new\n"}}]})
+    };
+    let s = TestServer::builder()
+        .config("[approvals]\nmode = \"wait\"\ntimeout_secs = 30\n")
+        .file("README.md", "# old\n")
+        .file("sub/README.md", "# old\n")
+        .script(json!({"rounds": [
+            edit("e1", "README.md"), {"text": "first"},
+            edit("e2", "sub/README.md"), {"text": "second"}
+        ]}))
+        .start()
+        .await;
+    let s2 = s.client_clone();
+    let first = tokio::spawn(async move { s2.chat(ask("one")).await });
+    let pending = the_pending_call(&s).await;
+    assert_eq!(pending["rules"], json!(["edit_existing_file(/README.md)"]));
+    let r = answer(
+        &s,
+        pending["id"].as_str().unwrap(),
+        json!({"decision": "approve", "always": true}),
+    )
+    .await;
+    assert_eq!(
+        r.body["rules_added"],
+        json!(["edit_existing_file(/README.md)"])
+    );
+    assert_eq!(first.await.unwrap().status, 200);
+    assert_eq!(
+        std::fs::read_to_string(s.path("README.md")).unwrap(),
+        "# new\n"
+    );
+
+    // The same name one folder down still asks.
+    let s2 = s.client_clone();
+    let second = tokio::spawn(async move { s2.chat(ask("two")).await });
+    let pending = the_pending_call(&s).await;
+    assert_eq!(pending["tool"], "edit_existing_file");
+    assert!(
+        pending["arguments"]
+            .as_str()
+            .unwrap()
+            .contains("sub/README.md"),
+        "{pending}"
+    );
+    answer(
+        &s,
+        pending["id"].as_str().unwrap(),
+        json!({"decision": "deny"}),
+    )
+    .await;
+    assert_eq!(second.await.unwrap().status, 200);
+    assert_eq!(
+        std::fs::read_to_string(s.path("sub/README.md")).unwrap(),
+        "# old\n"
+    );
 }
