@@ -100,6 +100,9 @@ struct RulesFile {
     allow: Vec<String>,
 }
 
+/// `approved-rules.toml` is read whole; a list this long is not one a person keeps by hand.
+const MAX_RULES_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -122,12 +125,17 @@ impl Approvals {
 
     /// The rules saved by earlier "always allow" answers.
     pub fn saved_rules(&self) -> Result<Vec<String>, String> {
-        match std::fs::read_to_string(&self.rules_file) {
+        use crate::bounded::{Links, read_file_string};
+        match read_file_string(&self.rules_file, MAX_RULES_FILE_BYTES, Links::Refuse) {
             Ok(text) => toml::from_str::<RulesFile>(&text)
                 .map(|f| f.allow)
                 .map_err(|e| format!("{} is not valid: {e}", self.rules_file.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(format!("cannot read {}: {e}", self.rules_file.display())),
+            Err(e) if e.is_not_found() => Ok(Vec::new()),
+            Err(e) => Err(format!(
+                "cannot read {}: {e} (the limit is {MAX_RULES_FILE_BYTES} bytes of rules; \
+                 remove rules you no longer need, or move them to policy.allow in the config)",
+                self.rules_file.display()
+            )),
         }
     }
 
@@ -487,6 +495,22 @@ mod tests {
         assert!(r.matches_line("git log -n 3"));
         assert!(!r.matches_line("git log -n 30"));
         assert!(!r.matches_line("git log -n 3 -p"));
+    }
+
+    #[test]
+    fn a_saved_rules_file_is_read_to_a_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let approvals = Approvals::new(tmp.path());
+        assert_eq!(approvals.saved_rules().unwrap(), Vec::<String>::new());
+        approvals.save_rules(&["read_file(/a)".into()]).unwrap();
+        assert_eq!(approvals.saved_rules().unwrap(), ["read_file(/a)"]);
+        let huge = format!("allow = [\"read_file(/{})\"]\n", "a".repeat(5 << 20));
+        std::fs::write(approvals.rules_file(), huge).unwrap();
+        let e = approvals.saved_rules().unwrap_err();
+        assert!(
+            e.contains("is larger than 4,194,304 bytes (the limit is 4194304 bytes of rules;"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -552,6 +552,10 @@ fn err(msg: impl Into<String>) -> ConfigError {
     ConfigError(msg.into())
 }
 
+/// A configuration file is a few kilobytes; more is a mistake (a log or a binary named by
+/// --config), refused before it is read.
+const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
 impl Config {
     /// Loads the configuration for the current process: the file named by `--config`
     /// (or `TOOLPILOT_CONFIG`), the process environment, then the flags.
@@ -564,8 +568,12 @@ impl Config {
     pub fn load_from(args: &CommonArgs, env: &[(String, String)]) -> Result<Config, ConfigError> {
         let mut table = match &args.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| err(format!("cannot read config file {}: {e}", path.display())))?;
+                let text = crate::bounded::read_file_string(
+                    path,
+                    MAX_CONFIG_BYTES,
+                    crate::bounded::Links::Follow,
+                )
+                .map_err(|e| err(format!("cannot read config file {}: {e}", path.display())))?;
                 text.parse::<toml::Table>()
                     .map_err(|e| err(format!("config file {}: {e}", path.display())))?
             }
@@ -1386,6 +1394,13 @@ mod tests {
             .collect();
         env.push(("HOME".into(), "/home/test".into()));
         Config::load_from(&args, &env).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn a_config_file_larger_than_any_real_one_is_refused_before_it_is_read() {
+        let big = format!("# {}\n", "x".repeat(5 << 20));
+        let e = load(&big, &[], CommonArgs::default()).unwrap_err();
+        assert!(e.contains("is larger than 4,194,304 bytes"), "{e}");
     }
 
     #[test]

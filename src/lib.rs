@@ -14,6 +14,7 @@
 
 pub mod agent;
 pub mod approvals;
+pub mod bounded;
 pub mod checkpoint;
 pub mod code;
 pub mod config;
