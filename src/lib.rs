@@ -23,6 +23,7 @@ pub mod error;
 pub mod mock;
 pub mod openai;
 pub mod policy;
+pub mod private_file;
 pub mod prompt;
 pub mod redact;
 pub mod runs;

@@ -119,12 +119,9 @@ pub fn admin_token_path(engine: &Engine) -> std::path::PathBuf {
     engine.checkpoints.dir().join(ADMIN_TOKEN_FILE)
 }
 
-/// Saves a generated admin token for the person's scripts, readable by its owner only
-/// (written under a new name with mode 0600, then renamed over the old file). A token from
-/// the environment is not written, and a file left by an earlier start is removed.
+/// Saves a generated admin token for the person's scripts, readable by its owner only. A
+/// token from the environment is not written, and a file left by an earlier start is removed.
 pub fn save_admin_token(state: &AppState) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let path = admin_token_path(&state.engine);
     let token = &state.server.admin_token;
     if token.from_env {
@@ -133,19 +130,7 @@ pub fn save_admin_token(state: &AppState) -> std::io::Result<()> {
             _ => Ok(()),
         };
     }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(format!("{}\n", token.value()).as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &path)
+    crate::private_file::write(&path, format!("{}\n", token.value()).as_bytes())
 }
 
 /// The console's address with the admin token in its fragment (a fragment is never sent to a
