@@ -347,10 +347,15 @@ impl PauseStore {
         for a in &p.asks {
             s.push_str(&describe(a));
         }
+        let always = if p.asks.iter().all(|a| a.rules.is_empty()) {
+            // rules_for found no rule exactly as narrow as the call.
+            "**always** to run it (no rule can allow exactly this, so nothing more is allowed)"
+        } else {
+            "**always** to run it and allow such calls from now on"
+        };
         s.push_str(&format!(
-            "\nReply **approve** to run {}, **always** to run it and allow such calls from now \
-             on, or **deny** (optionally with a reason, e.g. `deny: not on main`). This request \
-             expires in {} minutes.",
+            "\nReply **approve** to run {}, {always}, or **deny** (optionally with a reason, \
+             e.g. `deny: not on main`). This request expires in {} minutes.",
             if p.asks.len() == 1 { "it" } else { "them" },
             (p.expires_at - p.created_at).div_ceil(60),
         ));

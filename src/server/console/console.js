@@ -124,7 +124,8 @@ async function refreshApprovals() {
         el("span", { class: "muted" }, " · denied automatically " + new Date(a.expires_at * 1000).toLocaleTimeString())),
       el("pre", {}, a.arguments),
       el("div", { class: "muted" }, a.reason),
-      el("div", { class: "muted" }, a.rules.length ? "Always adds: " + a.rules.join(", ") : ""),
+      el("div", { class: "muted" }, a.rules.length ? "Always adds: " + a.rules.join(", ")
+        : "Always adds no rule: none allows exactly this call, so it is approved this once"),
       el("div", {},
         el("button", { class: "approve", onclick: () => answer(a.id, { decision: "approve" }, li) }, "Approve"),
         el("button", { class: "approve", onclick: () => answer(a.id, { decision: "approve", always: true }, li) }, "Always allow"),
