@@ -100,6 +100,9 @@ struct RulesFile {
     allow: Vec<String>,
 }
 
+/// `approved-rules.toml` is read whole; a list this long is not one a person keeps by hand.
+const MAX_RULES_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -122,12 +125,17 @@ impl Approvals {
 
     /// The rules saved by earlier "always allow" answers.
     pub fn saved_rules(&self) -> Result<Vec<String>, String> {
-        match std::fs::read_to_string(&self.rules_file) {
+        use crate::bounded::{Links, read_file_string};
+        match read_file_string(&self.rules_file, MAX_RULES_FILE_BYTES, Links::Refuse) {
             Ok(text) => toml::from_str::<RulesFile>(&text)
                 .map(|f| f.allow)
                 .map_err(|e| format!("{} is not valid: {e}", self.rules_file.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(format!("cannot read {}: {e}", self.rules_file.display())),
+            Err(e) if e.is_not_found() => Ok(Vec::new()),
+            Err(e) => Err(format!(
+                "cannot read {}: {e} (the limit is {MAX_RULES_FILE_BYTES} bytes of rules; \
+                 remove rules you no longer need, or move them to policy.allow in the config)",
+                self.rules_file.display()
+            )),
         }
     }
 
@@ -222,18 +230,33 @@ impl Approvals {
     }
 }
 
-/// The allow rules that make calls like this one run without asking: the exact command of
-/// each part of a command line, the exact path(s) of a file tool, the host of a URL, else the
-/// whole tool.
+/// The allow rules that make calls like this one run without asking, never wider than the
+/// call: for a command line, the exact words of each part it runs; for a file tool, the exact
+/// path(s), anchored at the workspace root (`/README.md`, not `README.md`, which would match
+/// the name at any depth); for a search, the exact pattern; for a fetch, the host. Glob
+/// characters in a name or command are escaped, so they only match themselves.
+///
+/// Some calls cannot be expressed exactly, and get no rule for that part (the approval then
+/// covers this call only): a command part with a `$` or backtick expansion (what runs depends
+/// on values at run time), with a word that contains whitespace or is empty (the rule matches
+/// the words joined by spaces, so `rm "a b"` would also allow `rm a b`), with leading
+/// assignments (`FOO=1 make`) or output redirections (they are not part of the words a rule
+/// sees); a command line the parser does not read; a path that is not UTF-8.
 pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
     if let Some(Target::Command { line, .. }) = targets.first() {
-        return match crate::terminal::parse::parse(line) {
-            Ok(parts) => parts
-                .iter()
-                .map(|p| format!("run_terminal_command({})", globset::escape(&p.text())))
-                .collect(),
-            Err(_) => vec![format!("run_terminal_command({})", globset::escape(line))],
+        let Ok(parts) = crate::terminal::parse::parse(line) else {
+            // A line the parser does not read always asks: no rule could allow it.
+            return Vec::new();
         };
+        let mut rules: Vec<String> = Vec::new();
+        for part in &parts {
+            if let Some(rule) = command_rule(part) {
+                if !rules.contains(&rule) {
+                    rules.push(rule);
+                }
+            }
+        }
+        return rules;
     }
     let hosts: Vec<&str> = targets
         .iter()
@@ -245,23 +268,250 @@ pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
     if let Some(host) = hosts.first() {
         return vec![format!("{tool}(domain:{host})")];
     }
-    let paths: Vec<String> = targets
-        .iter()
-        .filter_map(|t| match t {
-            Target::Path { path, .. } => Some(globset::escape(&path.rel().to_string_lossy())),
-            _ => None,
-        })
-        .collect();
-    match paths.len() {
-        0 => vec![tool.to_string()],
-        1 => vec![format!("{tool}({})", paths[0])],
-        _ => vec![format!("{tool}({{{}}})", paths.join(","))],
+    let mut specs: Vec<String> = Vec::new();
+    for t in targets {
+        let spec = match t {
+            Target::Path { path, .. } => {
+                let Some(rel) = path.rel().to_str() else {
+                    return Vec::new();
+                };
+                // Anchored: `/` + the workspace-relative path (never starts with `/`).
+                format!("/{}", glob_literal(rel))
+            }
+            Target::Pattern(p) => {
+                let lit = glob_literal(p);
+                // A leading `/` would anchor a path rule; escaped, it is the character.
+                match lit.strip_prefix('/') {
+                    Some(rest) => format!("\\/{rest}"),
+                    None => lit,
+                }
+            }
+            Target::Command { .. } | Target::Url { .. } => return Vec::new(),
+        };
+        if !specs.contains(&spec) {
+            specs.push(spec);
+        }
     }
+    match specs.as_slice() {
+        [] => vec![tool.to_string()],
+        [one] => vec![format!("{tool}({one})")],
+        many => vec![format!("{tool}({{{}}})", many.join(","))],
+    }
+}
+
+/// The rule that allows exactly this command part, if one can say so (see [`rules_for`]).
+fn command_rule(part: &crate::terminal::parse::Part) -> Option<String> {
+    let exact = !part.dynamic
+        && part.assignments.is_empty()
+        && part.writes.is_empty()
+        && part
+            .words
+            .iter()
+            .all(|w| !w.is_empty() && !w.contains(char::is_whitespace) && !w.contains(['$', '`']));
+    exact.then(|| format!("run_terminal_command({})", glob_literal(&part.text())))
+}
+
+/// `text` as a glob that matches exactly `text`: every glob character (and `\`, and `,`
+/// which separates alternatives) escaped with a backslash; whitespace at the end, which the
+/// rule parser would trim, in a class (`[ ]`).
+fn glob_literal(text: &str) -> String {
+    let keep = text.trim_end().len();
+    let mut out = String::with_capacity(text.len() + 8);
+    for (i, c) in text.char_indices() {
+        match c {
+            '\\' | '*' | '?' | '[' | ']' | '{' | '}' | ',' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if i >= keep => {
+                out.push('[');
+                out.push(c);
+                out.push(']');
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The decision on `tool` over `path` once `rules` are approved.
+    fn decide_with(rules: &[String], tool: &str, path: &str) -> String {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = crate::workspace::Workspace::open(tmp.path(), &[]).unwrap();
+        let policy = crate::policy::Policy::new(&crate::config::PolicyConfig {
+            approved: rules.to_vec(),
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("{rules:?} do not compile: {e}"));
+        let target = Target::Path {
+            path: ws.resolve(path).unwrap(),
+            access: crate::tools::Access::Edit,
+        };
+        policy.decide(tool, &[target], &ws).label().to_string()
+    }
+
+    #[test]
+    fn always_allowing_a_file_saves_the_exact_path_anchored_at_the_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = crate::workspace::Workspace::open(tmp.path(), &[]).unwrap();
+        // (file, its rule, other paths the rule must not allow)
+        let cases: &[(&str, &str, &[&str])] = &[
+            ("README.md", "/README.md", &["sub/README.md", "README.mdx"]),
+            ("config", "/config", &[".git/config", "a/config"]),
+            (
+                "src/a[1].rs",
+                "/src/a\\[1\\].rs",
+                &["src/a1.rs", "x/src/a[1].rs"],
+            ),
+            ("x*", "/x\\*", &["xyz", "x"]),
+            ("q?.txt", "/q\\?.txt", &["qa.txt"]),
+            ("{a,b}", "/\\{a\\,b\\}", &["a", "b"]),
+            ("a\\b", "/a\\\\b", &["ab"]),
+            ("d/**", "/d/\\*\\*", &["d/e/f"]),
+        ];
+        for (file, spec, others) in cases {
+            let rules = rules_for(
+                "edit_existing_file",
+                &[Target::Path {
+                    path: ws.resolve(file).unwrap(),
+                    access: crate::tools::Access::Edit,
+                }],
+            );
+            assert_eq!(rules, [format!("edit_existing_file({spec})")], "{file:?}");
+            assert_eq!(
+                decide_with(&rules, "edit_existing_file", file),
+                "allow",
+                "{file:?}"
+            );
+            for other in *others {
+                assert_eq!(
+                    decide_with(&rules, "edit_existing_file", other),
+                    "ask",
+                    "the rule for {file:?} also allows {other:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn always_allowing_a_search_saves_the_exact_pattern() {
+        let rules = rules_for("grep_search", &[Target::Pattern("fn *main".into())]);
+        assert_eq!(rules, ["grep_search(fn \\*main)"]);
+        // (codebase asks by default, so what a rule allows shows.)
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = crate::workspace::Workspace::open(tmp.path(), &[]).unwrap();
+        // (query, its rule, other queries the rule must not allow)
+        let cases: &[(&str, &str, &[&str])] = &[
+            // A leading `/` would anchor a path rule: escaped, it is the character.
+            ("/api/v1", "\\/api/v1", &["api/v1", "/api/v2"]),
+            // Whitespace at the end would be trimmed from the rule: it goes in a class.
+            ("todo ", "todo[ ]", &["todo"]),
+            ("a*", "a\\*", &["abc"]),
+        ];
+        for (query, spec, others) in cases {
+            let rules = rules_for("codebase", &[Target::Pattern((*query).into())]);
+            assert_eq!(rules, [format!("codebase({spec})")]);
+            let policy = crate::policy::Policy::new(&crate::config::PolicyConfig {
+                approved: rules,
+                ..Default::default()
+            })
+            .unwrap();
+            let decide = |q: &str| {
+                policy
+                    .decide("codebase", &[Target::Pattern(q.into())], &ws)
+                    .label()
+            };
+            assert_eq!(decide(query), "allow", "{query:?}");
+            for other in *others {
+                assert_eq!(
+                    decide(other),
+                    "ask",
+                    "the rule for {query:?} allows {other:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn always_allowing_a_command_saves_each_exact_part_or_nothing() {
+        let rules_of = |line: &str| {
+            rules_for(
+                "run_terminal_command",
+                &[Target::Command {
+                    line: line.into(),
+                    sandboxed: true,
+                }],
+            )
+        };
+        assert_eq!(
+            rules_of("make lint && ./x.sh --n=[1] *.rs"),
+            [
+                "run_terminal_command(make lint)",
+                "run_terminal_command(./x.sh --n=\\[1\\] \\*.rs)"
+            ]
+        );
+        // What a rule cannot say exactly gets no rule: the approval covers this call only.
+        for line in [
+            "touch 'a b'",
+            "touch ''",
+            "cat $FILE",
+            "FOO=1 make",
+            "echo hi > notes.txt",
+            "$EDITOR x",
+            "for x in a; do echo; done",
+        ] {
+            assert_eq!(rules_of(line), Vec::<String>::new(), "{line}");
+        }
+        // `echo $(date)`: the outer part has an expansion; the inner command is exact.
+        assert_eq!(rules_of("echo $(date)"), ["run_terminal_command(date)"]);
+        assert_eq!(rules_of("echo `id`"), ["run_terminal_command(id)"]);
+        // A saved rule matches only the words it was made from.
+        let rule = |line: &str| {
+            let r = rules_of(line).remove(0);
+            let inner = r
+                .strip_prefix("run_terminal_command(")
+                .and_then(|r| r.strip_suffix(')'))
+                .unwrap()
+                .to_string();
+            crate::terminal::rules::UserRule::new(
+                crate::terminal::rules::Verdict::Allow,
+                &inner,
+                "test",
+            )
+            .unwrap()
+        };
+        let r = rule("ls *.rs");
+        assert!(r.matches_line("ls *.rs"));
+        assert!(!r.matches_line("ls a.rs"));
+        assert!(!r.matches_line("ls *.rs extra"));
+        let r = rule(r"printf 'a\\b'");
+        assert!(r.matches_line(r"printf 'a\\b'"));
+        assert!(!r.matches_line("printf ab"));
+        let r = rule("git log -n 3");
+        assert!(r.matches_line("git log -n 3"));
+        assert!(!r.matches_line("git log -n 30"));
+        assert!(!r.matches_line("git log -n 3 -p"));
+    }
+
+    #[test]
+    fn a_saved_rules_file_is_read_to_a_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let approvals = Approvals::new(tmp.path());
+        assert_eq!(approvals.saved_rules().unwrap(), Vec::<String>::new());
+        approvals.save_rules(&["read_file(/a)".into()]).unwrap();
+        assert_eq!(approvals.saved_rules().unwrap(), ["read_file(/a)"]);
+        let huge = format!("allow = [\"read_file(/{})\"]\n", "a".repeat(5 << 20));
+        std::fs::write(approvals.rules_file(), huge).unwrap();
+        let e = approvals.saved_rules().unwrap_err();
+        assert!(
+            e.contains("is larger than 4,194,304 bytes (the limit is 4194304 bytes of rules;"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn always_allowing_a_fetch_saves_a_domain_rule_that_compiles() {

@@ -76,6 +76,9 @@ pub struct ServerConfig {
     pub bearer_token: Option<String>,
     /// The variable the token was read from (for messages).
     pub bearer_token_env: String,
+    /// The token the approvals, runs and jobs endpoints require (`x-toolpilot-admin-token`),
+    /// also on loopback: from `admin_token_env` when set, else generated for this start.
+    pub admin_token: AdminToken,
     /// Extra `Host` names accepted besides loopback names (for a non-loopback bind).
     pub allowed_hosts: Vec<String>,
     /// Browser origins allowed to call the API (none by default).
@@ -88,6 +91,79 @@ pub struct ServerConfig {
     /// Runs go on when their client disconnects, and can be re-attached by id (a request's
     /// `x-toolpilot-detach` header overrides this).
     pub detach: bool,
+}
+
+/// The admin token and where it came from.
+#[derive(Clone)]
+pub struct AdminToken {
+    value: String,
+    /// The variable named by `server.admin_token_env` (also when it is not set, for messages).
+    pub env: String,
+    /// The value came from that variable (else it was generated at start-up).
+    pub from_env: bool,
+}
+
+impl std::fmt::Debug for AdminToken {
+    /// Never the value (configurations are logged in debug output).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminToken")
+            .field("env", &self.env)
+            .field("from_env", &self.from_env)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdminToken {
+    /// The shortest token accepted from the environment.
+    pub const MIN_LEN: usize = 16;
+
+    /// The token from `var`'s value, or 256 random bits (hex) when it is not set.
+    fn resolve(var: String, value: Option<String>) -> Result<AdminToken, ConfigError> {
+        if let Some(v) = value {
+            let v = v.trim().to_string();
+            if v.len() < Self::MIN_LEN || !v.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(err(format!(
+                    "server.admin_token_env: ${var} must be at least {} printable characters \
+                     without spaces (for example the output of `openssl rand -hex 32`), or unset \
+                     so that toolpilot generates a token at each start",
+                    Self::MIN_LEN
+                )));
+            }
+            return Ok(AdminToken {
+                value: v,
+                env: var,
+                from_env: true,
+            });
+        }
+        let mut bytes = [0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).map_err(
+            |_| err("cannot generate the admin token: the system's random source failed"),
+        )?;
+        Ok(AdminToken {
+            value: bytes.iter().map(|b| format!("{b:02x}")).collect(),
+            env: var,
+            from_env: false,
+        })
+    }
+
+    /// A token with a known value (tests and embedders).
+    pub fn fixed(value: &str) -> AdminToken {
+        AdminToken {
+            value: value.to_string(),
+            env: "TOOLPILOT_ADMIN_TOKEN".into(),
+            from_env: true,
+        }
+    }
+
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// Whether `presented` is the token (in constant time).
+    pub fn matches(&self, presented: &str) -> bool {
+        let (a, b) = (presented.trim().as_bytes(), self.value.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -479,6 +555,7 @@ struct TerminalFile {
 struct ServerFile {
     bind: Option<String>,
     bearer_token_env: Option<String>,
+    admin_token_env: Option<String>,
     allowed_hosts: Option<Vec<String>>,
     allowed_origins: Option<Vec<String>>,
     max_body_bytes: Option<usize>,
@@ -566,6 +643,10 @@ fn err(msg: impl Into<String>) -> ConfigError {
     ConfigError(msg.into())
 }
 
+/// A configuration file is a few kilobytes; more is a mistake (a log or a binary named by
+/// --config), refused before it is read.
+const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
 impl Config {
     /// Loads the configuration for the current process: the file named by `--config`
     /// (or `TOOLPILOT_CONFIG`), the process environment, then the flags.
@@ -578,8 +659,12 @@ impl Config {
     pub fn load_from(args: &CommonArgs, env: &[(String, String)]) -> Result<Config, ConfigError> {
         let mut table = match &args.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| err(format!("cannot read config file {}: {e}", path.display())))?;
+                let text = crate::bounded::read_file_string(
+                    path,
+                    MAX_CONFIG_BYTES,
+                    crate::bounded::Links::Follow,
+                )
+                .map_err(|e| err(format!("cannot read config file {}: {e}", path.display())))?;
                 text.parse::<toml::Table>()
                     .map_err(|e| err(format!("config file {}: {e}", path.display())))?
             }
@@ -621,6 +706,7 @@ impl Config {
             "OPENAI_API_KEY".to_string(),
             "TOOLPILOT_UPSTREAM_API_KEY".to_string(),
             self.server.bearer_token_env.clone(),
+            self.server.admin_token.env.clone(),
         ];
         for src in self
             .upstreams
@@ -670,10 +756,15 @@ impl Config {
         let bearer_token_env = s
             .bearer_token_env
             .unwrap_or_else(|| "TOOLPILOT_BEARER_TOKEN".into());
+        let admin_token_env = s
+            .admin_token_env
+            .unwrap_or_else(|| "TOOLPILOT_ADMIN_TOKEN".into());
+        let admin_value = env(&admin_token_env);
         let server = ServerConfig {
             bind,
             bearer_token: env(&bearer_token_env),
             bearer_token_env,
+            admin_token: AdminToken::resolve(admin_token_env, admin_value)?,
             allowed_hosts: s.allowed_hosts.unwrap_or_default(),
             allowed_origins: s.allowed_origins.unwrap_or_default(),
             max_body_bytes: positive("server.max_body_bytes", s.max_body_bytes, 16 * 1024 * 1024)?,
@@ -1189,6 +1280,11 @@ fn collect_secrets(config: &Config, env: &[(String, String)]) -> Vec<(String, St
         })
         .map(|(k, v)| (k.clone(), v.trim().to_string()))
         .collect();
+    // A generated admin token is in no variable, and is a secret all the same.
+    let admin = &config.server.admin_token;
+    if !admin.from_env {
+        out.push((admin.env.clone(), admin.value().to_string()));
+    }
     out.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
     out.dedup_by(|a, b| a.1 == b.1);
     out
@@ -1509,6 +1605,13 @@ mod tests {
     }
 
     #[test]
+    fn a_config_file_larger_than_any_real_one_is_refused_before_it_is_read() {
+        let big = format!("# {}\n", "x".repeat(5 << 20));
+        let e = load(&big, &[], CommonArgs::default()).unwrap_err();
+        assert!(e.contains("is larger than 4,194,304 bytes"), "{e}");
+    }
+
+    #[test]
     fn layers_file_then_env_then_flags() {
         let c = load(
             "[agent]\nmax_rounds = 7\n[upstream]\nurl = \"http://127.0.0.1:1/v1\"\nmodel = \"file\"\n",
@@ -1548,6 +1651,7 @@ mod tests {
             "sensitive_files",
             "bind",
             "bearer_token_env",
+            "admin_token_env",
             "allowed_hosts",
             "allowed_origins",
             "max_body_bytes",
@@ -1713,6 +1817,8 @@ mod tests {
         assert_eq!(
             names,
             [
+                // The admin token generated for this start (64 hex digits, the longest).
+                "TOOLPILOT_ADMIN_TOKEN",
                 "TOOLPILOT_UPSTREAM_API_KEY",
                 "SEARCH_KEY",
                 "MY_SERVICE_TOKEN",
@@ -1776,6 +1882,50 @@ mod tests {
             c.terminal.readonly,
             [PathBuf::from(".git"), ".vscode/tasks.json".into()]
         );
+    }
+
+    #[test]
+    fn the_admin_token_is_generated_unless_its_variable_is_set() {
+        let a = load("", &[], CommonArgs::default()).unwrap();
+        let b = load("", &[], CommonArgs::default()).unwrap();
+        let (ta, tb) = (&a.server.admin_token, &b.server.admin_token);
+        assert!(!ta.from_env && ta.value().len() == 64 && ta.value() != tb.value());
+        assert!(ta.matches(ta.value()) && !ta.matches(tb.value()) && !ta.matches(""));
+        assert!(
+            !format!("{:?}", a.server).contains(ta.value()),
+            "Debug shows the token"
+        );
+        let c = load(
+            "[server]\nadmin_token_env = \"MY_ADMIN\"\n",
+            &[("MY_ADMIN", "chosen-admin-token-1")],
+            CommonArgs::default(),
+        )
+        .unwrap();
+        let t = &c.server.admin_token;
+        assert!(t.from_env && t.value() == "chosen-admin-token-1" && t.env == "MY_ADMIN");
+        assert!(c.secret_var_names().contains(&"MY_ADMIN".to_string()));
+        assert!(
+            c.secrets
+                .iter()
+                .any(|(k, v)| k == "MY_ADMIN" && v == t.value())
+        );
+        let e = load(
+            "",
+            &[("TOOLPILOT_ADMIN_TOKEN", "short")],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("$TOOLPILOT_ADMIN_TOKEN must be at least 16 printable characters"),
+            "{e}"
+        );
+        let e = load(
+            "",
+            &[("TOOLPILOT_ADMIN_TOKEN", "has a space in it, sadly")],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("without spaces"), "{e}");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 pub mod agent;
 pub mod approvals;
+pub mod bounded;
 pub mod checkpoint;
 pub mod code;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod error;
 pub mod mock;
 pub mod openai;
 pub mod policy;
+pub mod private_file;
 pub mod prompt;
 pub mod redact;
 pub mod runs;

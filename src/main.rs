@@ -205,6 +205,14 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
         config.server.bind = b;
     }
     server::check_bind(&config.server)?;
+    // Other processes of the same user, commands included, cannot read this process's memory
+    // or /proc files (its environment holds the upstream key and maybe the admin token; its
+    // memory the admin token). Commands get the normal setting back when they are executed.
+    if let Err(e) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        tracing::warn!(error = %e, "cannot make the server's memory unreadable to other processes");
+    }
     let engine = Arc::new(Engine::new(config.clone())?);
     let listener = tokio::net::TcpListener::bind(config.server.bind)
         .await

@@ -8,7 +8,7 @@
 //! file is rotated to `runs.1.jsonl` past 64 MiB. `toolpilot runs` reads the file.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::{BufRead, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,6 +24,9 @@ const RECENT_RUNS: usize = 200;
 /// Events kept in memory per run (the file has them all).
 const EVENTS_PER_RUN: usize = 2_000;
 const ROTATE_BYTES: u64 = 64 << 20;
+/// No event is this long (tool results in events are cut far shorter); a longer line in
+/// `runs.jsonl` is skipped when it is read back.
+const MAX_EVENT_LINE: usize = 8 << 20;
 const WRITE_EVERY: Duration = Duration::from_millis(100);
 
 pub fn unix_ms() -> u64 {
@@ -505,16 +508,31 @@ fn write_loop(path: &Path, unwritten: &Arc<Mutex<Vec<Bytes>>>) {
 pub fn read_file_runs(path: &Path, only: Option<&str>) -> HashMap<String, (Summary, Vec<Value>)> {
     let mut runs: HashMap<String, (Summary, Vec<Value>)> = HashMap::new();
     for p in [path.with_extension("1.jsonl"), path.to_path_buf()] {
-        let Ok(f) = std::fs::File::open(&p) else {
+        let Ok(f) = crate::bounded::open_regular(&p, crate::bounded::Links::Refuse) else {
             continue;
         };
-        for line in std::io::BufReader::new(f).lines().map_while(Result::ok) {
+        // The file is rotated past ROTATE_BYTES, so more than twice that is not ours to read;
+        // a line longer than any event is skipped, never held.
+        let mut reader = std::io::BufReader::new(f.take(2 * ROTATE_BYTES));
+        let mut buf = Vec::new();
+        let rest = crate::bounded::Rest::Skip;
+        while let Ok(read) = crate::bounded::read_line(&mut reader, &mut buf, MAX_EVENT_LINE, rest)
+        {
+            if read.len == 0 {
+                break;
+            }
+            if read.cut {
+                continue;
+            }
+            let Ok(line) = std::str::from_utf8(&buf) else {
+                continue;
+            };
             if let Some(id) = only {
                 if !line.contains(id) {
                     continue;
                 }
             }
-            let Ok(ev) = serde_json::from_str::<Value>(&line) else {
+            let Ok(ev) = serde_json::from_str::<Value>(line) else {
                 continue;
             };
             let Some(id) = ev["run"].as_str().map(str::to_string) else {
@@ -545,4 +563,26 @@ pub fn read_file_runs(path: &Path, only: Option<&str>) -> HashMap<String, (Summa
 pub fn is_end(ev: &[u8]) -> bool {
     serde_json::from_slice::<Value>(ev)
         .is_ok_and(|v| matches!(v["type"].as_str(), Some("done" | "failed" | "cancelled")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reading_back_skips_a_line_longer_than_any_event() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("runs.jsonl");
+        let good = |run: &str| format!("{{\"run\":\"{run}\",\"type\":\"request\",\"t\":1}}\n");
+        let text = format!(
+            "{}{{\"run\":\"r2\",\"pad\":\"{}\"}}\n{}",
+            good("r1"),
+            "x".repeat(MAX_EVENT_LINE + 1),
+            good("r3")
+        );
+        std::fs::write(&path, text).unwrap();
+        let mut ids: Vec<String> = read_file_runs(&path, None).into_keys().collect();
+        ids.sort();
+        assert_eq!(ids, ["r1", "r3"]);
+    }
 }

@@ -924,13 +924,16 @@ impl Run<'_> {
                         run_id: self.opts.run_id.clone(),
                         created_at: 0,
                         expires_at: 0,
+                        // The client's messages: the request that answers sends them again.
+                        conversation: pause::conversation_id(&req.messages),
+                        question: String::new(),
                         messages: messages.clone(),
                         calls: server_calls.clone(),
                         asks,
                         usage,
                         round_no,
                     });
-                    let saved = saved.map_err(|e| {
+                    let (saved, question) = saved.map_err(|e| {
                         RunError::Api(ApiError::internal(format!(
                             "a call needs approval, but the run could not be paused (saving its \
                              state failed: {e})"
@@ -941,7 +944,7 @@ impl Run<'_> {
                         "paused",
                         json!({"pause": saved.id, "calls": saved.asks.iter().map(|a| &a.tool).collect::<Vec<_>>()}),
                     );
-                    let text = format!("{}{}", tail.separator(), PauseStore::question(&saved));
+                    let text = format!("{}{question}", tail.separator());
                     tail.note(&text);
                     self.send(RunEvent::Content(text)).await?;
                     return self

@@ -19,7 +19,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::bounded::Links;
 use crate::workspace::{Workspace, WorkspacePath};
+
+/// The largest file content kept for undo. A command that changes a larger file is told that
+/// undo will leave it alone; the edit tools never write files this large.
+pub const MAX_BLOB_BYTES: u64 = 64 << 20;
+
+/// The largest run record (`run.json`) read back: a run that changed this many files is not
+/// one undo can restore anyway.
+const MAX_RECORD_BYTES: u64 = 64 << 20;
 
 pub mod tree;
 
@@ -191,8 +200,17 @@ impl Store {
         if !valid_run_id(run_id) {
             return Err(UndoError::NotFound(run_id.to_string()));
         }
-        let text = std::fs::read_to_string(self.run_dir(run_id).join("run.json"))
-            .map_err(|_| UndoError::NotFound(run_id.to_string()))?;
+        let path = self.run_dir(run_id).join("run.json");
+        let text = match crate::bounded::read_file_string(&path, MAX_RECORD_BYTES, Links::Refuse) {
+            Ok(text) => text,
+            Err(e) if e.is_not_found() => return Err(UndoError::NotFound(run_id.to_string())),
+            Err(e) => {
+                return Err(UndoError::Failed {
+                    run_id: run_id.to_string(),
+                    message: format!("its record {} cannot be read: {e}", path.display()),
+                });
+            }
+        };
         serde_json::from_str(&text).map_err(|e| UndoError::Failed {
             run_id: run_id.to_string(),
             message: format!("its record is damaged: {e}"),
@@ -294,9 +312,8 @@ impl Store {
             match &entry.before {
                 Some(blob) if blob.mode & 0o170000 == 0o120000 => {
                     // A symbolic link (recorded from a tree snapshot): its content is the target.
-                    let target = std::fs::read(blobs.join(&blob.sha1)).map_err(|e| {
-                        failed(format!("the saved copy of {} is missing: {e}", p.display()))
-                    })?;
+                    let target = read_blob(&blobs, &blob.sha1)
+                        .map_err(|e| failed(format!("the saved copy of {}: {e}", p.display())))?;
                     if ws.version(p).is_some() || ws.is_symlink(p) {
                         ws.remove_file(p).map_err(|e| failed(e.to_string()))?;
                     }
@@ -305,9 +322,8 @@ impl Store {
                     report.restored.push(p.display());
                 }
                 Some(blob) => {
-                    let bytes = std::fs::read(blobs.join(&blob.sha1)).map_err(|e| {
-                        failed(format!("the saved copy of {} is missing: {e}", p.display()))
-                    })?;
+                    let bytes = read_blob(&blobs, &blob.sha1)
+                        .map_err(|e| failed(format!("the saved copy of {}: {e}", p.display())))?;
                     let perms = permissions(if blob.mode > 0o7777 {
                         blob.mode & 0o777
                     } else {
@@ -345,6 +361,17 @@ impl Store {
             .map_err(|e| failed(format!("cannot update the run record: {e}")))?;
         Ok(report)
     }
+}
+
+/// A file's saved content, at most [`MAX_BLOB_BYTES`] (no larger one is ever saved).
+fn read_blob(blobs: &Path, sha1: &str) -> Result<Vec<u8>, String> {
+    crate::bounded::read_file(&blobs.join(sha1), MAX_BLOB_BYTES, Links::Refuse).map_err(|e| {
+        if e.is_not_found() {
+            "it is missing".to_string()
+        } else {
+            format!("it cannot be read: {e}")
+        }
+    })
 }
 
 /// Records one run's changes as they happen.
@@ -443,6 +470,11 @@ impl RunCheckpoint {
             e.after = after.map(str::to_string);
         }
         self.save(&m)
+    }
+
+    /// Whether the run has recorded this path already.
+    pub fn records(&self, path: &str) -> bool {
+        self.lock().files.contains_key(path)
     }
 
     /// Whether the run has changed anything yet.

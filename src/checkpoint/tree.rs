@@ -21,6 +21,18 @@ pub struct Change {
     pub after: Option<(u32, String)>,
 }
 
+/// Most git prints here (a tree diff of half a million files); more is refused.
+const MAX_GIT_OUTPUT: u64 = 64 << 20;
+
+/// Why a blob was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    #[error("it is {} bytes, more than the {} kept for undo", crate::tools::read::group(*size), crate::tools::read::group(*cap))]
+    TooLarge { size: u64, cap: u64 },
+    #[error("{0}")]
+    Git(String),
+}
+
 /// The shadow repository of one workspace.
 #[derive(Debug, Clone)]
 pub struct Shadow {
@@ -64,19 +76,55 @@ impl Shadow {
     }
 
     fn run(&self, args: &[&str]) -> Result<Vec<u8>, String> {
-        let out = self
+        self.run_capped(args, MAX_GIT_OUTPUT)
+    }
+
+    /// Runs git and returns its output, refusing more than `cap` bytes of it (the workspace
+    /// decides how much `diff-tree` or `cat-file` print): past the cap git is stopped.
+    fn run_capped(&self, args: &[&str], cap: u64) -> Result<Vec<u8>, String> {
+        use std::process::Stdio;
+        let what = args.first().unwrap_or(&"");
+        let mut child = self
             .git()
             .args(args)
-            .output()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .map_err(|e| format!("cannot run git: {e}"))?;
-        if !out.status.success() {
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err("cannot run git: its output is not connected".into());
+        };
+        let (out, err) = std::thread::scope(|s| {
+            // Both pipes at once, or git could block on a full one while we read the other.
+            let err = s.spawn(move || crate::bounded::read_to_end(stderr, 64 * 1024));
+            let out = crate::bounded::read_to_end(stdout, cap);
+            if out.is_err() {
+                let _ = child.kill();
+            }
+            (
+                out,
+                err.join().ok().and_then(Result::ok).unwrap_or_default(),
+            )
+        });
+        let status = child.wait().map_err(|e| format!("git {what}: {e}"))?;
+        let out = match out {
+            Ok(out) => out,
+            Err(crate::bounded::CappedError::TooLarge { .. }) => {
+                return Err(format!(
+                    "git {what} printed more than {} bytes (too many changes to record)",
+                    crate::tools::read::group(cap)
+                ));
+            }
+            Err(e) => return Err(format!("reading the output of git {what} failed: {e}")),
+        };
+        if !status.success() {
             return Err(format!(
-                "git {} failed: {}",
-                args.first().unwrap_or(&""),
-                String::from_utf8_lossy(&out.stderr).trim()
+                "git {what} failed: {}",
+                String::from_utf8_lossy(&err).trim()
             ));
         }
-        Ok(out.stdout)
+        Ok(out)
     }
 
     fn ensure(&self) -> Result<(), String> {
@@ -131,9 +179,18 @@ impl Shadow {
         Ok(changes)
     }
 
-    /// The content of a blob.
-    pub fn blob(&self, id: &str) -> Result<Vec<u8>, String> {
-        self.run(&["cat-file", "blob", id])
+    /// The content of a blob, if it is at most `cap` bytes (its size is asked first).
+    pub fn blob(&self, id: &str, cap: u64) -> Result<Vec<u8>, BlobError> {
+        let size = self.run(&["cat-file", "-s", id]).map_err(BlobError::Git)?;
+        let size: u64 = String::from_utf8_lossy(&size)
+            .trim()
+            .parse()
+            .map_err(|_| BlobError::Git(format!("git cat-file -s {id} gave no size")))?;
+        if size > cap {
+            return Err(BlobError::TooLarge { size, cap });
+        }
+        self.run_capped(&["cat-file", "blob", id], cap)
+            .map_err(BlobError::Git)
     }
 }
 
@@ -163,7 +220,9 @@ mod tests {
         assert_eq!(paths, ["gone.txt", "new.txt", "src/a.rs"]);
         assert!(ch[0].after.is_none() && ch[1].before.is_none());
         assert_eq!(
-            shadow.blob(&ch[0].before.as_ref().unwrap().1).unwrap(),
+            shadow
+                .blob(&ch[0].before.as_ref().unwrap().1, 1024)
+                .unwrap(),
             b"bye\n"
         );
         assert_eq!(

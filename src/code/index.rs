@@ -35,6 +35,8 @@ use crate::workspace::walk::{self, Visibility};
 const VERSION: u32 = 4;
 /// Changed files between intermediate commits of a long build.
 const COMMIT_EVERY: usize = 2_000;
+/// The manifest holds a path, a hash and a few numbers per file: this is millions of files.
+const MAX_MANIFEST_BYTES: u64 = 256 << 20;
 
 /// `[codebase]` configuration.
 #[derive(Debug, Clone)]
@@ -295,9 +297,15 @@ impl CodeIndex {
             return Ok(Arc::clone(o));
         }
         let manifest_path = self.dir.join("manifest.json");
-        let manifest: Option<Manifest> = std::fs::read(&manifest_path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
+        // A manifest that cannot be read (or is larger than any real one) is a damaged index:
+        // it is rebuilt.
+        let manifest: Option<Manifest> = crate::bounded::read_file(
+            &manifest_path,
+            MAX_MANIFEST_BYTES,
+            crate::bounded::Links::Refuse,
+        )
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
         let mut manifest = manifest.filter(|m| m.version == VERSION);
         if manifest.is_none() {
             // No manifest, or another version: start from an empty folder.

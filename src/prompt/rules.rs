@@ -373,7 +373,9 @@ pub(crate) fn read_small(path: &Path, warnings: &mut Vec<String>) -> Option<Stri
         ));
         return None;
     }
-    match std::fs::read(path) {
+    // Read to the limit whatever the size said: the file may have grown since, or been
+    // swapped for a link or a FIFO.
+    match crate::bounded::read_file(path, MAX_RULE_BYTES, crate::bounded::Links::Refuse) {
         Ok(bytes) => match String::from_utf8(bytes) {
             Ok(s) => Some(s),
             Err(_) => {

@@ -1,7 +1,10 @@
 //! The console: a small web page served by toolpilot itself (`GET /`), its files embedded in
 //! the binary. It only uses the public API (`/v1/runs`, `/v1/runs/{id}/events`,
-//! `/v1/approvals`, `/healthz`), renders everything as text, and is locked down with a strict
-//! Content-Security-Policy (own scripts and styles only, no framing, no other origins).
+//! `/v1/approvals`, `/healthz`), with the admin token it reads from its address's fragment
+//! (`/#admin=…`, as the serve log prints it) in the `x-toolpilot-admin-token` header (the live
+//! timeline is read with `fetch`, which can send it, not `EventSource`); it renders everything
+//! as text, and is locked down with a strict Content-Security-Policy (own scripts and styles
+//! only, no framing, no other origins).
 
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};

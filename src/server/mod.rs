@@ -2,8 +2,10 @@
 //!
 //! Every response passes through [`run_id_layer`] (it carries `x-toolpilot-run-id`) and
 //! [`guard`] (loopback `Host` names only, no cross-origin browser requests unless allowed,
-//! the bearer token when one is configured). Panics become an OpenAI-shaped 500. Only this
-//! module and `error.rs` know axum.
+//! the bearer token when one is configured). The endpoints that show or change other runs'
+//! state (approvals, runs, jobs, undo) also need the admin token ([`admin_guard`]), which
+//! commands cannot read. Panics become an OpenAI-shaped 500. Only this module and `error.rs`
+//! know axum.
 
 mod console;
 pub mod responses;
@@ -27,6 +29,10 @@ use crate::config::ServerConfig;
 use crate::error::ApiError;
 
 pub const RUN_ID_HEADER: &str = "x-toolpilot-run-id";
+/// The header that carries the admin token.
+pub const ADMIN_TOKEN_HEADER: &str = "x-toolpilot-admin-token";
+/// The file in the workspace's state folder that holds a generated admin token (mode 0600).
+pub const ADMIN_TOKEN_FILE: &str = "admin-token";
 pub const CURRENT_FILE_HEADER: &str = "x-toolpilot-current-file";
 
 /// Shared by all handlers.
@@ -51,6 +57,20 @@ pub fn new_run_id() -> String {
 
 pub fn router(state: AppState) -> Router {
     let limit = state.server.max_body_bytes;
+    // Approvals, other runs' prompts and events, cancel, undo and jobs: whoever can call these
+    // can approve a waiting call or read what others asked, so they need the admin token, also
+    // on loopback (a command's background job is a local process too).
+    let admin = Router::new()
+        .route("/v1/approvals", get(routes::approvals))
+        .route("/v1/approvals/{id}", post(routes::answer_approval))
+        .route("/v1/runs", get(routes::runs))
+        .route("/v1/runs/{id}", get(routes::run))
+        .route("/v1/runs/{id}/events", get(routes::run_events))
+        .route("/v1/runs/{id}/attach", get(routes::attach))
+        .route("/v1/runs/{id}/cancel", post(routes::cancel))
+        .route("/v1/runs/{id}/undo", post(routes::undo))
+        .route("/v1/jobs", get(routes::jobs))
+        .route_layer(middleware::from_fn_with_state(state.clone(), admin_guard));
     Router::new()
         .route("/v1/chat/completions", post(routes::chat_completions))
         .route("/chat/completions", post(routes::chat_completions))
@@ -59,21 +79,15 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models", get(routes::models))
         .route("/models", get(routes::models))
         .route("/healthz", get(routes::healthz))
-        .route("/v1/runs/{id}/undo", post(routes::undo))
-        .route("/v1/jobs", get(routes::jobs))
         .route("/", get(console::page))
         .route("/console.js", get(console::script))
         .route("/console.css", get(console::style))
         .route("/favicon.ico", get(console::no_icon))
-        .route("/v1/approvals", get(routes::approvals))
-        .route("/v1/runs", get(routes::runs))
-        .route("/v1/runs/{id}", get(routes::run))
-        .route("/v1/runs/{id}/events", get(routes::run_events))
-        .route("/v1/runs/{id}/attach", get(routes::attach))
-        .route("/v1/runs/{id}/cancel", post(routes::cancel))
+        // Aggregate counters only (no prompt, argument, path or id), and Prometheus scrapers
+        // rarely send custom headers: the bearer token (when configured) is enough.
         .route("/metrics", get(routes::metrics))
-        .route("/v1/approvals/{id}", post(routes::answer_approval))
         .route("/v1/policy/check", post(routes::policy_check))
+        .merge(admin)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(axum::Extension(Arc::new(responses::Store::default())))
@@ -99,12 +113,67 @@ pub fn check_bind(server: &ServerConfig) -> Result<(), String> {
     Ok(())
 }
 
+/// Where a generated admin token is saved: the workspace's state folder (never the workspace,
+/// whose files commands can read).
+pub fn admin_token_path(engine: &Engine) -> std::path::PathBuf {
+    engine.checkpoints.dir().join(ADMIN_TOKEN_FILE)
+}
+
+/// Saves a generated admin token for the person's scripts, readable by its owner only. A
+/// token from the environment is not written, and a file left by an earlier start is removed.
+pub fn save_admin_token(state: &AppState) -> std::io::Result<()> {
+    let path = admin_token_path(&state.engine);
+    let token = &state.server.admin_token;
+    if token.from_env {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
+    crate::private_file::write(&path, format!("{}\n", token.value()).as_bytes())
+}
+
+/// The console's address with the admin token in its fragment (a fragment is never sent to a
+/// server, so it stays out of access logs and `Referer` headers).
+pub fn console_url(addr: SocketAddr, token: &str) -> String {
+    let token = percent_encoding::utf8_percent_encode(token, percent_encoding::NON_ALPHANUMERIC);
+    format!("http://{addr}/#admin={token}")
+}
+
 /// Serves until `shutdown` resolves, then finishes in-flight requests.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let addr = listener.local_addr()?;
+    let token = &state.server.admin_token;
+    if token.from_env {
+        tracing::info!(
+            "console: http://{addr}/#admin=<the value of ${}> (approvals and runs need the admin \
+             token)",
+            token.env
+        );
+        if let Err(e) = save_admin_token(&state) {
+            tracing::warn!(error = %e, "cannot remove the admin token file of an earlier start");
+        }
+    } else {
+        let saved = match save_admin_token(&state) {
+            Ok(()) => format!(
+                "also saved in {}, readable by you only",
+                admin_token_path(&state.engine).display()
+            ),
+            Err(e) => format!(
+                "it could not be saved in {} ({e})",
+                admin_token_path(&state.engine).display()
+            ),
+        };
+        tracing::info!(
+            "console: {} (the admin token in it is new at each start and is what approvals and \
+             runs need; {saved})",
+            console_url(addr, token.value())
+        );
+    }
     let app = router(state);
     // Small SSE writes must leave at once: no Nagle delay.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
@@ -217,7 +286,9 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
             "/" | "/console.js" | "/console.css" | "/favicon.ico"
         );
     if let Some(token) = &cfg.bearer_token {
-        if !static_console && !bearer_matches(req.headers(), token) {
+        // The admin token opens everything the bearer token does (the console sends only it).
+        let admin = admin_matches(req.headers(), cfg);
+        if !static_console && !admin && !bearer_matches(req.headers(), token) {
             return ApiError::unauthorized(format!(
                 "missing or wrong bearer token: send `Authorization: Bearer <token>` with the \
                  token from {}",
@@ -233,6 +304,48 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
     }
 }
 
+/// Whether the request carries the admin token.
+fn admin_matches(headers: &HeaderMap, cfg: &ServerConfig) -> bool {
+    headers
+        .get(ADMIN_TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| cfg.admin_token.matches(v))
+}
+
+/// The admin token for approvals, runs, jobs and undo: 401 without it, with where it is.
+async fn admin_guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let cfg = &state.server;
+    if admin_matches(req.headers(), cfg) {
+        return next.run(req).await;
+    }
+    let what = if req.headers().contains_key(ADMIN_TOKEN_HEADER) {
+        "the admin token in the `x-toolpilot-admin-token` header is wrong"
+    } else {
+        "this endpoint needs toolpilot's admin token in the `x-toolpilot-admin-token` header"
+    };
+    let token = &cfg.admin_token;
+    let source = if token.from_env {
+        format!(
+            "the token is the value of ${} (server.admin_token_env)",
+            token.env
+        )
+    } else {
+        format!(
+            "the token is new at each start of the server: the serve log shows it in the \
+             console's address (http://…/#admin=TOKEN), and it is saved in {}, readable by the \
+             person who started toolpilot only. Set ${} to choose it",
+            admin_token_path(&state.engine).display(),
+            token.env
+        )
+    };
+    ApiError::unauthorized(format!(
+        "{what} (approvals, runs, jobs and undo are for the person using toolpilot, not for \
+         other local programs); {source}"
+    ))
+    .with_code("invalid_admin_token")
+    .into_response()
+}
+
 fn cors(mut resp: Response, origin: &str) -> Response {
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(origin) {
@@ -246,7 +359,8 @@ fn cors(mut resp: Response, origin: &str) -> Response {
     h.insert(
         header::ACCESS_CONTROL_ALLOW_HEADERS,
         HeaderValue::from_static(
-            "authorization, content-type, x-toolpilot-current-file, x-toolpilot-detach",
+            "authorization, content-type, x-toolpilot-admin-token, x-toolpilot-current-file, \
+             x-toolpilot-detach",
         ),
     );
     h.insert(

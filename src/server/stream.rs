@@ -76,9 +76,10 @@ pub fn progress_line(ev: &RunEvent) -> Option<String> {
             ..
         } => format!("{name} {} in {} ms", status.label(), duration.as_millis()),
         RunEvent::ApprovalPending(p) => format!(
-            "waiting for approval: {} {} ({}). Approve with POST /v1/approvals/{} \
-             {{\"decision\":\"approve\"}} (or \"deny\"), or in \
-             the console at /; denied automatically after {} s",
+            "waiting for approval: {} {} ({}). Approve in the console (the address with \
+             #admin= in the serve log), or with POST /v1/approvals/{} \
+             {{\"decision\":\"approve\"}} (or \"deny\") and the admin token in the \
+             x-toolpilot-admin-token header; denied automatically after {} s",
             p.tool,
             crate::tools::args::preview(&p.arguments, 160),
             p.reason,

@@ -139,6 +139,13 @@ pub fn search(env: &ToolEnv, matcher: &RegexMatcher) -> Result<Found, ToolError>
             .before_context(context)
             .after_context(context)
             .binary_detection(BinaryDetection::quit(b'\0'))
+            // The size check below happens before the search: a file that grows meanwhile
+            // (or one long line) cannot make the line buffer larger than a file may be.
+            .heap_limit(Some(
+                usize::try_from(max_file_bytes)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(1 << 20),
+            ))
             .build();
         let matcher = matcher.clone();
         let shared = &shared;

@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::args::Args;
 use super::{Access, Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
+use crate::bounded::{self, Rest};
 use crate::policy::{Level, reference_default};
 use crate::workspace::{PathError, Workspace, WorkspacePath};
 
@@ -280,47 +281,51 @@ fn read_range(
         env.saw(path, &meta);
     }
     let mut reader = BufReader::with_capacity(64 * 1024, file);
+    let failed = |e: std::io::Error| ToolError::Failed(format!("cannot read \"{raw}\": {e}"));
+    // The head of the file, before any line is read: a binary file has no lines to read.
+    let head = reader.fill_buf().map_err(failed)?;
+    if let Some(kind) = binary_kind(&head[..head.len().min(SNIFF_BYTES)]) {
+        return Err(ToolError::Failed(format!(
+            "\"{}\" is a binary file ({kind}); it has no lines to read.",
+            path.display()
+        )));
+    }
     let budget = content_limit(env.config.output_budget, path);
     let mut out: Vec<u8> = Vec::new();
+    // One line at a time, never more than the budget of it in memory: the rest of a longer
+    // line is read past, not kept (a file's first line can be gigabytes long).
     let mut line = Vec::new();
     let mut lineno = 0u64;
-    let mut sniffed = false;
     let mut cut_at: Option<u64> = None;
     loop {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| ToolError::Failed(format!("cannot read \"{raw}\": {e}")))?;
-        if n == 0 {
-            break;
-        }
-        if !sniffed {
-            let head = reader.buffer();
-            let mut probe = line.clone();
-            probe.extend_from_slice(&head[..head.len().min(SNIFF_BYTES)]);
-            if let Some(kind) = binary_kind(&probe) {
-                return Err(ToolError::Failed(format!(
-                    "\"{}\" is a binary file ({kind}); it has no lines to read.",
-                    path.display()
-                )));
+        if lineno + 1 < start {
+            // Before the range: only counted.
+            if reader.skip_until(b'\n').map_err(failed)? == 0 {
+                break;
             }
-            sniffed = true;
-        }
-        lineno += 1;
-        if lineno < start {
+            lineno += 1;
             continue;
         }
-        if out.len() + line.len() > budget {
+        // A line longer than the budget ends the read (shown cut if it is the first): the
+        // rest of it is never read.
+        let read =
+            bounded::read_line(&mut reader, &mut line, budget + 1, Rest::Leave).map_err(failed)?;
+        if read.len == 0 {
+            break;
+        }
+        lineno += 1;
+        if out.len() + line.len() > budget || read.cut {
             if out.is_empty() {
                 // One line longer than the whole budget: show its head.
                 line.truncate(budget);
                 trim_partial_utf8(&mut line);
-                out.extend_from_slice(&line);
+                let shown = line.len() as u64;
+                out.append(&mut line);
                 let mut text = decode(out, path);
                 text.push_str(&format!(
                     "\n[line {lineno} is longer than the output budget; showing its first {} \
                      bytes. Search it with grep_search instead.]",
-                    group(line.len() as u64)
+                    group(shown)
                 ));
                 return Ok(text);
             }

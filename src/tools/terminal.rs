@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::args::Args;
 use super::{Invocation, Target, Tool, ToolEnv, ToolError};
-use crate::checkpoint::tree::Shadow;
+use crate::checkpoint::tree::{BlobError, Shadow};
 use crate::policy::{Level, reference_default};
 use crate::terminal::exec::{self, Ended};
 use crate::terminal::guard::{Guard, Report};
@@ -151,7 +151,21 @@ fn record_changes(env: &ToolEnv, before: &str, after: &str) -> Result<Vec<String
     let mut listed = Vec::new();
     for c in &changes {
         let prior = match &c.before {
-            Some((mode, id)) => Some((shadow.blob(id)?, *mode)),
+            Some((mode, id)) => match shadow.blob(id, crate::checkpoint::MAX_BLOB_BYTES) {
+                Ok(bytes) => Some((bytes, *mode)),
+                Err(e @ BlobError::TooLarge { .. }) => {
+                    if !env.checkpoint.records(&c.path) {
+                        // Not kept: undo leaves this file alone (recording "did not exist"
+                        // would make undo delete it).
+                        listed.push(format!("modified {} (not recorded for undo: {e})", c.path));
+                        continue;
+                    }
+                    // Already recorded by this run: its first state is kept; only the state
+                    // it is left in is noted.
+                    None
+                }
+                Err(BlobError::Git(e)) => return Err(e),
+            },
             None => None,
         };
         env.checkpoint

@@ -356,13 +356,21 @@ impl Workspace {
         }
         let file = self
             .dir
-            .open(&p.rel)
+            .open_with(&p.rel, &read_nonblocking())
             .map_err(|e| self.io_error(raw, e))?
             .into_std();
         let meta = file.metadata().map_err(|e| self.io_error(raw, e))?;
         if meta.is_dir() {
             return Err(PathError::IsDirectory {
                 raw: raw.to_string(),
+            });
+        }
+        if !meta.is_file() {
+            return Err(PathError::Unusable {
+                raw: raw.to_string(),
+                reason: "it is not a regular file (a FIFO, socket or device), and only regular \
+                         files are read"
+                    .into(),
             });
         }
         Ok(file)
@@ -372,7 +380,7 @@ impl Workspace {
     /// [`Workspace::open_file`] it does not check the file type again (the walk just did); the
     /// open is still confined beneath the root, so a path swapped for a link meanwhile is refused.
     pub fn open_walked(&self, rel: &Path) -> io::Result<File> {
-        Ok(self.dir.open(rel)?.into_std())
+        Ok(self.dir.open_with(rel, &read_nonblocking())?.into_std())
     }
 
     /// Opens a directory beneath the root.
@@ -577,6 +585,17 @@ fn normalize_relative(p: &Path) -> Option<PathBuf> {
         }
     }
     Some(out)
+}
+
+/// Read-only, and an open never waits: a FIFO put where a file was (by a command, between
+/// a check and the open) would otherwise block the open until something writes to it.
+/// `O_NONBLOCK` does not change reads of a regular file, and only regular files are read.
+fn read_nonblocking() -> cap_std::fs::OpenOptions {
+    use cap_std::fs::OpenOptionsExt;
+    let mut o = cap_std::fs::OpenOptions::new();
+    o.read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
+    o
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! [`Workspace::lock`].
 
 use std::fs::Permissions;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::UNIX_EPOCH;
@@ -131,9 +131,18 @@ impl Workspace {
                 ),
             });
         }
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        file.read_to_end(&mut bytes)
-            .map_err(|e| self.io_error(raw, e))?;
+        // The file may grow between the size check and the read (a command appending to it):
+        // the read stops at the limit all the same.
+        let bytes =
+            crate::bounded::read_to_end(&mut file, MAX_EDIT_BYTES).map_err(|e| match e {
+                crate::bounded::CappedError::Io(e) => self.io_error(raw, e),
+                other => PathError::Unusable {
+                    raw: raw.to_string(),
+                    reason: format!(
+                        "{other}; the edit tools change files up to {MAX_EDIT_BYTES} bytes"
+                    ),
+                },
+            })?;
         Ok(Snapshot {
             bytes,
             permissions: meta.permissions(),

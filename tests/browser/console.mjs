@@ -1,9 +1,12 @@
-// Opens the toolpilot console at BASE in headless Chromium, approves the call that waits,
-// waits for its run to finish, opens the run's timeline, and prints what it saw as JSON.
-// Usage: node console.mjs BASE SCREENSHOT
+// Opens the toolpilot console in headless Chromium: first without the admin token (it must
+// say where to find it and show no approval), then at CONSOLE_URL (…/#admin=TOKEN, as the
+// serve log prints it); approves the call that waits, waits for its run to finish, opens the
+// run's timeline (followed over fetch, with the token in a header), and prints what it saw as
+// JSON. Usage: node console.mjs CONSOLE_URL SCREENSHOT
 import { chromium } from "playwright-core";
 
-const [base, screenshot] = process.argv.slice(2);
+const [consoleUrl, screenshot] = process.argv.slice(2);
+const base = consoleUrl.split("#")[0].replace(/\/$/, "");
 const browser = await chromium.launch({
   executablePath: process.env.TOOLPILOT_CHROMIUM || "/usr/bin/chromium",
   args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -11,11 +14,22 @@ const browser = await chromium.launch({
 });
 const out = { errors: [] };
 try {
+  // Without the token: the page says what to open, and nothing waiting is shown.
+  const bare = await browser.newPage();
+  await bare.goto(base + "/");
+  const auth = bare.locator("#auth");
+  await auth.waitFor({ state: "visible", timeout: 20000 });
+  await bare.waitForTimeout(1500); // a few refreshes of the approvals list
+  out.without_token = await auth.innerText();
+  out.approvals_without_token = await bare.locator("#approvals li").count();
+  await bare.close();
+
   const page = await browser.newPage();
   page.on("pageerror", (e) => out.errors.push(String(e)));
   page.on("console", (m) => { if (m.type() === "error") out.errors.push(m.text()); });
-  await page.goto(base + "/");
+  await page.goto(consoleUrl);
   out.title = await page.title();
+  out.auth_hidden = await page.locator("#auth").isHidden();
 
   const pending = page.locator("#approvals li").first();
   await pending.waitFor({ timeout: 20000 });

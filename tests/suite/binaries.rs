@@ -73,6 +73,12 @@ fn url_in(line: &str) -> String {
         .to_string()
 }
 
+/// The admin token in a log line that shows the console's address (`…/#admin=TOKEN`).
+fn admin_token_in(line: &str) -> String {
+    let start = line.find("#admin=").unwrap() + "#admin=".len();
+    line[start..].split_whitespace().next().unwrap().to_string()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_answers_one_question_with_the_demo_model() {
     let ws = workspace();
@@ -446,6 +452,8 @@ async fn background_jobs_die_with_the_server() {
         .unwrap();
     let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
     let base = url_in(&wait_for_line(&mut lines, "listening on").await);
+    // The admin token (for /v1/jobs) is in the console's address the log shows.
+    let admin = admin_token_in(&wait_for_line(&mut lines, "#admin=").await);
     let r = to_reply(
         client()
             .post(format!("{base}/chat/completions"))
@@ -456,7 +464,14 @@ async fn background_jobs_die_with_the_server() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let jobs = to_reply(client().get(format!("{base}/jobs")).send().await.unwrap()).await;
+    let jobs = to_reply(
+        admin_client(&admin)
+            .get(format!("{base}/jobs"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(jobs.body["data"][0]["state"], "running", "{}", jobs.text);
     let pid = jobs.body["data"][0]["pid"].as_u64().unwrap();
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
@@ -475,4 +490,191 @@ async fn background_jobs_die_with_the_server() {
         .flatten()
         .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x004242\x00"));
     assert!(!sleeping, "the job's process survived the server");
+}
+
+/// The peak resident memory of a process, in KiB (`VmHWM` in /proc/PID/status).
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// issue 21: `read_file_range` read a whole first line into memory (twice) before it looked at
+/// the range. A file whose first line is 200 MiB (sparse: it takes no disk) must not make the
+/// server's memory grow by that, whichever lines are asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_first_line_is_never_held_in_memory() {
+    let ws = workspace();
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(ws.path().join("huge.txt")).unwrap();
+        f.write_all(&vec![b'a'; 64 * 1024]).unwrap();
+        // The rest of the first line: 200 MiB of zeros that are never written to disk.
+        f.set_len(200 << 20).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(ws.path().join("huge.txt"))
+            .unwrap();
+        f.write_all(b"\nthe second line\n").unwrap();
+    }
+    let range = |id: &str, start: u32, end: u32| {
+        json!({"id": id, "name": "read_file_range",
+               "arguments": {"filepath": "huge.txt", "startLine": start, "endLine": end}})
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mock = toolpilot::mock::MockUpstream::start(
+        serde_json::from_value(json!({"rounds": [
+            {"tool_calls": [range("first", 1, 1), range("second", 2, 2), range("both", 1, 2)]},
+            {"text": "read"}
+        ]}))
+        .unwrap(),
+        listener,
+    )
+    .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut server = toolpilot()
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--model",
+            "m",
+            "--upstream",
+        ])
+        .arg(mock.base_url())
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .env("TOOLPILOT_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
+    let base = url_in(&wait_for_line(&mut lines, "listening on").await);
+    let pid = server.id().unwrap();
+    let before = peak_rss_kib(pid);
+    let r = to_reply(
+        client()
+            .post(format!("{base}/chat/completions"))
+            .body(ask("read it").to_string())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let reqs = mock.requests();
+    let first = tool_result(&reqs[1], "first");
+    assert!(first.starts_with("aaaa"), "{}", &first[..100]);
+    assert!(
+        first.ends_with("bytes. Search it with grep_search instead.]")
+            && first.contains("[line 1 is longer than the output budget; showing its first "),
+        "{}",
+        &first[first.len() - 200..]
+    );
+    assert_eq!(tool_result(&reqs[1], "second"), "the second line\n");
+    assert!(
+        tool_result(&reqs[1], "both").contains("[line 1 is longer than the output budget"),
+        "a range that starts with the long line shows its head"
+    );
+    // Reading it whole once would be 200 MiB; the server stays far below that.
+    let after = peak_rss_kib(pid);
+    assert!(
+        after < before + 100 * 1024,
+        "the server's peak memory grew from {before} KiB to {after} KiB"
+    );
+    let _ = server.start_kill();
+}
+
+/// An admin token chosen in the environment (here under another variable name): the serve log
+/// does not print it, requests need it, and a command does not get it in its environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_token_from_the_environment_stays_out_of_logs_and_commands() {
+    const SECRET: &str = "admin-secret-0123456789abcdef";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mock = toolpilot::mock::MockUpstream::start(
+        serde_json::from_value(json!({"rounds": [
+            {"tool_calls": [{"id": "c1", "name": "run_terminal_command", "arguments": {"command":
+                "env > env.txt"}}]},
+            {"text": "looked"}
+        ]}))
+        .unwrap(),
+        listener,
+    )
+    .unwrap();
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let mut server = toolpilot()
+        .args([
+            "serve",
+            "--yes",
+            "--bind",
+            "127.0.0.1:0",
+            "--model",
+            "m",
+            "--upstream",
+        ])
+        .arg(mock.base_url())
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .env("TOOLPILOT_LOG", "info")
+        .env("TOOLPILOT_SERVER__ADMIN_TOKEN_ENV", "MY_ADMIN_SECRET")
+        .env("MY_ADMIN_SECRET", SECRET)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
+    let listening = wait_for_line(&mut lines, "listening on").await;
+    let base = url_in(&listening);
+    let console = wait_for_line(&mut lines, "#admin=").await;
+    assert!(
+        console.contains("/#admin=<the value of $MY_ADMIN_SECRET>"),
+        "{console}"
+    );
+    let r = to_reply(
+        client()
+            .post(format!("{base}/chat/completions"))
+            .body(ask("look around").to_string())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let env = std::fs::read_to_string(ws.path().join("env.txt")).unwrap();
+    assert!(env.contains("PATH=") && !env.contains(SECRET), "{env}");
+    let runs = |token: Option<&str>| {
+        let c = match token {
+            Some(t) => admin_client(t),
+            None => client(),
+        };
+        let url = format!("{base}/runs");
+        async move { to_reply(c.get(url).send().await.unwrap()).await }
+    };
+    let refused = runs(None).await;
+    assert_eq!(refused.status, 401);
+    assert!(
+        refused
+            .text
+            .contains("the token is the value of $MY_ADMIN_SECRET (server.admin_token_env)"),
+        "{}",
+        refused.text
+    );
+    assert_eq!(runs(Some(SECRET)).await.status, 200);
+    let _ = server.start_kill();
+    let _ = server.wait().await;
+    let mut log = String::new();
+    while let Ok(Some(l)) = lines.next_line().await {
+        log.push_str(&l);
+    }
+    assert!(
+        !(listening + &console + &log).contains(SECRET),
+        "the log shows the token"
+    );
 }

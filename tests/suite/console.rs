@@ -52,7 +52,7 @@ async fn the_console_approves_a_waiting_call_and_shows_the_run_finish() {
             env!("CARGO_MANIFEST_DIR"),
             "/tests/browser/console.mjs"
         ))
-        .arg(s.url(""))
+        .arg(s.console_url())
         .arg(&shot)
         .output()
         .await
@@ -67,6 +67,12 @@ async fn the_console_approves_a_waiting_call_and_shows_the_run_finish() {
     assert!(v.get("failure").is_none(), "{v:#}");
     assert_eq!(v["errors"], json!([]), "the page logged errors: {v:#}");
     assert_eq!(v["title"], "toolpilot console");
+    // Without the admin token the page says where it is, and shows nothing that waits (the
+    // API refused it); with it, no such note.
+    let without = v["without_token"].as_str().unwrap();
+    assert!(without.contains("#admin="), "{without}");
+    assert_eq!(v["approvals_without_token"], 0);
+    assert_eq!(v["auth_hidden"], true, "{v:#}");
     let approval = v["approval"].as_str().unwrap();
     assert!(approval.contains("create_new_file"), "{approval}");
     assert!(approval.contains("notes/todo.md"), "{approval}");
@@ -108,8 +114,9 @@ async fn the_console_is_served_locked_down_and_same_origin_calls_pass() {
         "{csp}"
     );
     assert_eq!(s.get("/console.js").await.status, 200);
-    // The API still needs the token…
-    assert_eq!(s.get("/v1/approvals").await.status, 401);
+    // The API still needs a token…
+    let bare = client().get(s.url("/v1/approvals")).send().await.unwrap();
+    assert_eq!(bare.status(), 401);
     let with = |req: reqwest::RequestBuilder| req.header("authorization", "Bearer sekrit");
     // …and a same-origin call (the console's) passes, while another origin is refused.
     let origin = format!("http://{}", s.addr);

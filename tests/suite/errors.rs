@@ -131,11 +131,12 @@ async fn bearer_token_is_required_when_configured() {
         .env("TOOLPILOT_BEARER_TOKEN", "s3cret-token")
         .start()
         .await;
-    let r = s.get("/healthz").await;
+    // (`client()`: no admin token, which also opens every endpoint; see below.)
+    let r = to_reply(client().get(s.url("/healthz")).send().await.unwrap()).await;
     assert_error(&r, 401, "missing or wrong bearer token");
     assert_eq!(r.headers["www-authenticate"], "Bearer");
     let r = to_reply(
-        s.client
+        client()
             .get(s.url("/healthz"))
             .bearer_auth("wrong")
             .send()
@@ -145,7 +146,7 @@ async fn bearer_token_is_required_when_configured() {
     .await;
     assert_eq!(r.status, 401);
     let r = to_reply(
-        s.client
+        client()
             .get(s.url("/healthz"))
             .bearer_auth("s3cret-token")
             .send()
@@ -154,6 +155,8 @@ async fn bearer_token_is_required_when_configured() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
+    // The admin token opens what the bearer token does (the console sends only it).
+    assert_eq!(s.get("/healthz").await.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

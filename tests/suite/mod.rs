@@ -1,3 +1,4 @@
+mod admin;
 mod agent_loop;
 mod approvals;
 mod binaries;

@@ -482,3 +482,44 @@ async fn a_command_waiting_for_input_is_reported_not_left_hanging() {
         r[0]
     );
 }
+
+/// issue 21: a file's prior content was read into memory whole to record it for undo. A file
+/// larger than the limit kept for undo is now left out, and the command's result says so
+/// (undo then leaves that file alone; it never deletes it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_changing_a_file_too_large_to_keep_is_told_undo_leaves_it_alone() {
+    let s = TestServer::builder()
+        .yes()
+        .script(json!({"rounds": [
+            {"tool_calls": [{"id": "c0", "name": "run_terminal_command",
+                             "arguments": {"command": "echo tail >> big.bin && echo new > small.txt"}}]},
+            {"text": "done"}
+        ]}))
+        .start()
+        .await;
+    // 65 MiB, sparse: nothing but its size on disk.
+    std::fs::File::create(s.path("big.bin"))
+        .unwrap()
+        .set_len(65 << 20)
+        .unwrap();
+    let r = s.chat(ask("change things")).await;
+    let run_id = r.headers["x-toolpilot-run-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let out = tool_result(&s.requests()[1], "c0");
+    assert!(
+        out.contains(
+            "modified big.bin (not recorded for undo: it is 68,157,440 bytes, more than the \
+             67,108,864 kept for undo)"
+        ) && out.contains("added small.txt"),
+        "{out}"
+    );
+    let u = s.post_raw(&format!("/v1/runs/{run_id}/undo"), "").await;
+    assert_eq!(u.status, 200, "{}", u.text);
+    assert!(!s.path("small.txt").exists());
+    assert_eq!(
+        std::fs::metadata(s.path("big.bin")).unwrap().len(),
+        (65 << 20) + 5
+    );
+}

@@ -981,3 +981,28 @@ async fn view_subdirectory_needs_approval_without_yes() {
     );
     assert!(!out[0].contains("src/a.rs"), "{}", out[0]);
 }
+
+/// A FIFO where a file was expected is refused at once: opening it used to wait for a writer
+/// forever, and reading it had no end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_a_fifo_is_refused_not_waited_on() {
+    let s = tool_server("read_file", json!({"filepath": "pipe"}), &[]).await;
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(s.path("pipe"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        run_tool(&s, "read_file"),
+    )
+    .await
+    .expect("reading a FIFO hung");
+    assert_eq!(
+        out,
+        "read_file failed: \"pipe\" is not a usable path: it is not a regular file (a FIFO, \
+         socket or device), and only regular files are read"
+    );
+}

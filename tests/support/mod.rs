@@ -35,6 +35,8 @@ pub struct Builder {
 
 pub struct TestServer {
     pub addr: std::net::SocketAddr,
+    /// The server's admin token; `client` sends it with every request.
+    pub admin_token: String,
     pub mock: Option<MockUpstream>,
     pub ws: PathBuf,
     pub dir: Arc<tempfile::TempDir>,
@@ -170,6 +172,7 @@ impl Builder {
         if let Some(f) = self.tweak {
             f(&mut config);
         }
+        let admin_token = config.server.admin_token.value().to_string();
         let engine = Arc::new(Engine::new(config.clone()).unwrap());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -189,7 +192,8 @@ impl Builder {
             mock,
             ws,
             dir,
-            client: client(),
+            client: admin_client(&admin_token),
+            admin_token,
             shutdown: Some(tx),
         }
     }
@@ -289,6 +293,22 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
+/// An HTTP client that sends the admin token with every request (what the console and a
+/// person's scripts do).
+pub fn admin_client(token: &str) -> reqwest::Client {
+    toolpilot::install_crypto_provider();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        toolpilot::server::ADMIN_TOKEN_HEADER,
+        reqwest::header::HeaderValue::from_str(token).unwrap(),
+    );
+    reqwest::Client::builder()
+        .no_proxy()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
 /// A parsed response.
 pub struct Reply {
     pub status: u16,
@@ -340,6 +360,11 @@ impl StreamReply {
 impl TestServer {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// The console's address with the admin token in its fragment, as the serve log shows it.
+    pub fn console_url(&self) -> String {
+        toolpilot::server::console_url(self.addr, &self.admin_token)
     }
 
     pub fn mock(&self) -> &MockUpstream {

@@ -2,9 +2,16 @@
 // Everything is rendered with textContent: nothing from a run is ever parsed as HTML.
 "use strict";
 
-// With a bearer token configured, open the console as /#token=THE_TOKEN.
-const token = new URLSearchParams(location.hash.slice(1)).get("token");
-const headers = token ? { Authorization: "Bearer " + token } : {};
+// The admin token comes in the address's fragment, /#admin=TOKEN, as the serve log prints it
+// (a fragment is never sent to a server, so the token stays out of logs and Referer headers).
+// It goes with every API call in a header; never in a query string. /#token=THE_TOKEN is the
+// bearer token, for a server that requires one (the admin token also opens everything).
+const fragment = new URLSearchParams(location.hash.slice(1));
+const admin = fragment.get("admin");
+const token = fragment.get("token");
+const headers = {};
+if (admin) headers["X-Toolpilot-Admin-Token"] = admin;
+if (token) headers.Authorization = "Bearer " + token;
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -17,13 +24,66 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// Shown when the server refuses the token (or there is none): what to open instead.
+function showAuth(message) {
+  const p = document.getElementById("auth");
+  p.textContent = message;
+  p.hidden = false;
+}
+
 async function api(path, options) {
   const r = await fetch(path, { ...options, headers: { ...headers, ...(options && options.headers) } });
   const text = await r.text();
   let body = null;
   try { body = JSON.parse(text); } catch (_) { body = text; }
-  if (!r.ok) throw new Error((body && body.error && body.error.message) || ("HTTP " + r.status));
+  const message = (body && body.error && body.error.message) || ("HTTP " + r.status);
+  if (r.status === 401) showAuth(message);
+  if (!r.ok) throw new Error(message);
   return body;
+}
+
+// Follows a run's events (SSE) with fetch, which, unlike EventSource, can send the token in a
+// header. Calls add(event) for each, then done(true) at the end of the run, or done(false) if
+// the stream could not be opened or broke. Returns an AbortController that stops it.
+function followEvents(path, add, done) {
+  const stop = new AbortController();
+  (async () => {
+    let r;
+    try {
+      r = await fetch(path, { headers, signal: stop.signal });
+    } catch (_) {
+      if (!stop.signal.aborted) done(false);
+      return;
+    }
+    if (!r.ok || !r.body) { done(false); return; }
+    const reader = r.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = "";
+    try {
+      for (;;) {
+        const { value, done: eof } = await reader.read();
+        if (eof) break;
+        buf += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          let name = "message";
+          const data = [];
+          for (const line of block.split("\n")) {
+            if (line.startsWith("event:")) name = line.slice(6).trim();
+            else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+          }
+          if (name === "end") { done(true); return; }
+          if (data.length) add(JSON.parse(data.join("\n")));
+        }
+      }
+    } catch (_) {
+      if (stop.signal.aborted) return;
+    }
+    if (!stop.signal.aborted) done(false);
+  })();
+  return stop;
 }
 
 function ago(ms) {
@@ -64,7 +124,8 @@ async function refreshApprovals() {
         el("span", { class: "muted" }, " · denied automatically " + new Date(a.expires_at * 1000).toLocaleTimeString())),
       el("pre", {}, a.arguments),
       el("div", { class: "muted" }, a.reason),
-      el("div", { class: "muted" }, a.rules.length ? "Always adds: " + a.rules.join(", ") : ""),
+      el("div", { class: "muted" }, a.rules.length ? "Always adds: " + a.rules.join(", ")
+        : "Always adds no rule: none allows exactly this call, so it is approved this once"),
       el("div", {},
         el("button", { class: "approve", onclick: () => answer(a.id, { decision: "approve" }, li) }, "Approve"),
         el("button", { class: "approve", onclick: () => answer(a.id, { decision: "approve", always: true }, li) }, "Always allow"),
@@ -121,7 +182,7 @@ function describe(ev, t0) {
 
 function select(id) {
   selected = id;
-  if (follow) follow.close();
+  if (follow) follow.abort();
   document.getElementById("run-id").textContent = id;
   document.getElementById("run-empty").hidden = true;
   const ol = document.getElementById("timeline");
@@ -133,19 +194,14 @@ function select(id) {
     const [cls, ...parts] = describe(ev, t0);
     ol.append(el("li", cls ? { class: cls } : {}, ...parts));
   };
-  if (token) {
-    // EventSource cannot send headers: fetch the events once instead.
-    api("/v1/runs/" + encodeURIComponent(id)).then((r) => r.events.forEach(add));
-    return;
-  }
-  follow = new EventSource("/v1/runs/" + encodeURIComponent(id) + "/events");
-  follow.onmessage = (m) => { add(JSON.parse(m.data)); };
-  follow.addEventListener("end", () => { follow.close(); refreshRuns(); });
-  follow.onerror = () => {
+  const path = "/v1/runs/" + encodeURIComponent(id);
+  const mine = followEvents(path + "/events", add, (ended) => {
+    if (follow === mine) follow = null;
+    if (ended) { refreshRuns(); return; }
     // Not in memory any more (or the server restarted): show what was recorded.
-    follow.close();
-    if (!ol.children.length) api("/v1/runs/" + encodeURIComponent(id)).then((r) => r.events.forEach(add)).catch(() => {});
-  };
+    if (!ol.children.length) api(path).then((r) => r.events.forEach(add)).catch(() => {});
+  });
+  follow = mine;
 }
 
 async function refreshHealth() {
@@ -161,6 +217,10 @@ async function refreshHealth() {
 }
 
 function tick() { refreshApprovals(); refreshRuns(); }
+if (!admin) {
+  showAuth("This address has no admin token, which approvals and runs need: open the console " +
+    "with the address the serve log prints at start-up (http://…/#admin=…).");
+}
 refreshHealth();
 tick();
 setInterval(tick, 1000);
