@@ -227,7 +227,7 @@ impl Approvals {
 /// whole tool.
 pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
     if let Some(Target::Command { line, .. }) = targets.first() {
-        return match crate::terminal::parse::parse(line) {
+        return match crate::policy::command::parse(line) {
             Ok(parts) => parts
                 .iter()
                 .map(|p| format!("run_terminal_command({})", globset::escape(&p.text())))

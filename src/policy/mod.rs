@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use globset::{GlobBuilder, GlobMatcher};
 
 use crate::config::PolicyConfig;
-use crate::terminal::rules::{Assessment, CommandPolicy, UserRule, Verdict};
+pub mod command;
+
+use command::{Assessment, CommandPolicy, UserRule, Verdict};
 use crate::tools::Target;
 use crate::workspace::Workspace;
 
@@ -195,7 +197,7 @@ pub struct Policy {
 impl Policy {
     /// Compiles the configured policy. Errors name the list and index of a bad rule.
     pub fn new(cfg: &PolicyConfig) -> Result<Policy, String> {
-        // `run_terminal_command(pattern)` rules are command rules (see `terminal::rules`).
+        // `run_terminal_command(pattern)` rules are command rules (see `command::rules`).
         let mut command_rules = Vec::new();
         for (list, key, verdict) in [
             (&cfg.deny, "deny", Verdict::Deny),

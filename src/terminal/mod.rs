@@ -1,13 +1,11 @@
 //! Everything `run_terminal_command` needs: the command rules, the sandbox, execution,
 //! background jobs, the environment commands get, and the protection of git hooks and config.
 //!
-//! Only the supervisor (`sandbox.rs`) and `exec.rs` start processes; the policy calls into
-//! `rules.rs` (pure).
+//! Only the supervisor (`sandbox.rs`) and `exec.rs` start processes. The command language
+//! the policy judges lines with lives in `policy::command`.
 
 pub mod exec;
 pub mod jobs;
-pub mod parse;
-pub mod rules;
 pub mod sandbox;
 
 use std::collections::BTreeMap;
