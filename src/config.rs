@@ -341,6 +341,9 @@ pub struct PolicyConfig {
     pub commands: Vec<CommandRuleConfig>,
     /// Use the built-in command rules.
     pub command_defaults: bool,
+    /// `policy.command_writes`: whether commands that write files inside the workspace (not
+    /// protected paths) run without approval.
+    pub command_writes: crate::policy::command::WritesSwitch,
     /// What an otherwise allowed command becomes without a sandbox.
     pub unsandboxed: Level,
     /// Allow rules from "always allow" answers (not from the config file). They rank above
@@ -541,6 +544,7 @@ struct PolicyFile {
     deny: Option<Vec<String>>,
     protected: Option<Vec<String>>,
     commands: Option<Vec<CommandRuleConfig>>,
+    command_writes: Option<String>,
 }
 
 /// A configuration error, naming the key or variable at fault.
@@ -906,6 +910,17 @@ impl Config {
             }),
             commands: p.commands.unwrap_or_default(),
             command_defaults: tf.default_rules.unwrap_or(true),
+            command_writes: match p.command_writes.as_deref() {
+                None | Some("ask") => crate::policy::command::WritesSwitch::Ask,
+                Some("allow") => crate::policy::command::WritesSwitch::Allow,
+                Some(v) => {
+                    return Err(err(format!(
+                        "policy.command_writes: {v:?} is not a choice; use \"ask\" (commands \
+                         that write files need approval) or \"allow\" (they run when every \
+                         file they write is inside the workspace and not protected)"
+                    )));
+                }
+            },
             unsandboxed,
             approved: Vec::new(),
         };
@@ -1470,6 +1485,7 @@ mod tests {
             "search_exclude",
             "search_timeout_secs",
             "git_timeout_secs",
+            "command_writes",
             "deny",
             "ask",
             "allow",

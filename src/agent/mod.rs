@@ -874,13 +874,15 @@ impl Run<'_> {
             for call in &round.tool_calls {
                 // A call that needs approval, of a tool the client declared itself (Continue's
                 // edit tools): the client asks its user and runs it.
+                // A call only a person may approve goes to the client even under --yes.
                 let hand_off = offer.server.contains(&call.name)
                     && req.tools.is_some()
-                    && !approve
-                    && matches!(
-                        engine.registry.preflight(call, &env),
-                        Some(crate::policy::Decision::Ask { .. })
-                    );
+                    && match engine.registry.preflight(call, &env) {
+                        Some(crate::policy::Decision::Ask { person_only, .. }) => {
+                            !approve || (person_only && engine.config.approvals.handoff)
+                        }
+                        _ => false,
+                    };
                 if hand_off {
                     tracing::info!(tool = %call.name, "needs approval; handed to the client that declared it");
                     client_calls.push(call.clone());
@@ -1338,6 +1340,7 @@ impl Approver for Preset {
         &'a self,
         call: &'a ToolCall,
         _: &'a str,
+        _: bool,
         _: &'a [Target],
     ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
         let name = &call.name;
@@ -1380,17 +1383,30 @@ impl Approver for RunApprover<'_> {
         &'a self,
         call: &'a ToolCall,
         reason: &'a str,
+        person_only: bool,
         targets: &'a [Target],
     ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
         Box::pin(async move {
             let cfg = &self.engine.config;
             let name = &call.name;
-            if cfg.agent.approve_asks {
+            if cfg.agent.approve_asks && !person_only {
                 return Approval::Approved("--yes".into());
             }
             if matches!(cfg.approvals.mode, ApprovalMode::Deny | ApprovalMode::Pause) {
                 // (Pause stops runs before such calls; one that still gets here is refused.)
-                return NoApprover.approve(call, reason, targets).await;
+                if person_only && cfg.agent.approve_asks {
+                    return Approval::Refused(
+                        crate::tools::registry::person_only_refusal(name, reason),
+                        Status::NeedsApproval,
+                    );
+                }
+                return NoApprover.approve(call, reason, person_only, targets).await;
+            }
+            if !self.reachable && person_only {
+                return Approval::Refused(
+                    crate::tools::registry::person_only_refusal(name, reason),
+                    Status::NeedsApproval,
+                );
             }
             if !self.reachable {
                 return Approval::Refused(

@@ -15,10 +15,13 @@ use globset::{GlobBuilder, GlobMatcher};
 
 use crate::config::PolicyConfig;
 pub mod command;
+mod paths;
 
-use command::{Assessment, CommandPolicy, UserRule, Verdict};
+pub use paths::WorkspaceJudge;
+
 use crate::tools::Target;
 use crate::workspace::Workspace;
+use command::{Assessment, Class, CommandPolicy, PathJudge, UserRule, Verdict};
 
 /// A tool's base policy, in Continue's vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -61,18 +64,46 @@ impl Level {
 /// What the policy says about one tool call, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    Allow { reason: String },
-    Ask { reason: String },
-    Deny { reason: String },
+    Allow {
+        reason: String,
+    },
+    /// `person_only`: only a person may approve it; `--yes` does not (a sensitive file read
+    /// or a protected path written by a command).
+    Ask {
+        reason: String,
+        person_only: bool,
+    },
+    Deny {
+        reason: String,
+    },
 }
 
 impl Decision {
     pub fn reason(&self) -> &str {
         match self {
-            Decision::Allow { reason } | Decision::Ask { reason } | Decision::Deny { reason } => {
-                reason
-            }
+            Decision::Allow { reason }
+            | Decision::Ask { reason, .. }
+            | Decision::Deny { reason } => reason,
         }
+    }
+
+    /// An ask (not `person_only`): what `--yes` approves.
+    pub fn ask(reason: String) -> Decision {
+        Decision::Ask {
+            reason,
+            person_only: false,
+        }
+    }
+
+    /// Whether only a person may approve it.
+    pub fn person_only(&self) -> bool {
+        matches!(
+            self,
+            Decision::Ask {
+                person_only: true,
+                ..
+            }
+        )
     }
 
     pub fn label(&self) -> &'static str {
@@ -205,6 +236,7 @@ impl Policy {
             (&cfg.allow, "allow", Verdict::Allow),
             (&cfg.approved, "approved", Verdict::Allow),
         ] {
+            let approved = key == "approved";
             for (i, text) in list.iter().enumerate() {
                 let t = text.trim();
                 if let Some(inner) = t
@@ -212,10 +244,13 @@ impl Policy {
                     .and_then(|r| r.strip_suffix(')'))
                 {
                     let source = format!("policy.{key}[{i}] `{t}`");
-                    command_rules.push(
+                    let rule = if approved {
+                        UserRule::approved(inner.trim(), &source)
+                    } else {
                         UserRule::new(verdict, inner.trim(), &source)
-                            .map_err(|e| format!("policy.{key}[{i}] {text:?}: {e}"))?,
-                    );
+                    };
+                    command_rules
+                        .push(rule.map_err(|e| format!("policy.{key}[{i}] {text:?}: {e}"))?);
                 }
             }
         }
@@ -251,7 +286,8 @@ impl Policy {
             }
             command_rules.push(rule);
         }
-        let commands = CommandPolicy::new(command_rules, cfg.command_defaults)?;
+        let commands = CommandPolicy::new(command_rules, cfg.command_defaults)?
+            .with_writes(cfg.command_writes);
         let compile = |list: &[String], key: &str| -> Result<Vec<Rule>, String> {
             list.iter()
                 .enumerate()
@@ -312,6 +348,7 @@ impl Policy {
         tool: &str,
         line: &str,
         sandboxed: bool,
+        judge: &dyn PathJudge,
     ) -> (Decision, Assessment) {
         let level = self.level(tool);
         let bare = |rules: &[Rule]| {
@@ -337,19 +374,16 @@ impl Policy {
             (Verdict::Ask, String::new())
         };
         let mut a = if base == Verdict::Deny {
-            Assessment {
-                verdict: Verdict::Deny,
-                reason: base_source.clone(),
-                parts: Vec::new(),
-            }
+            Assessment::single(Verdict::Deny, Class::Disabled, base_source.clone())
         } else {
-            self.commands.assess(line, base)
+            self.commands.assess(line, base, judge)
         };
         if a.verdict == Verdict::Allow && !sandboxed {
             match self.unsandboxed {
                 Level::Allow => {}
                 Level::Ask => {
                     a.verdict = Verdict::Ask;
+                    a.class = Class::Unsandboxed;
                     a.reason = format!(
                         "{}; but commands cannot be sandboxed on this machine, so every command \
                          needs approval (policy.unsandboxed)",
@@ -358,6 +392,7 @@ impl Policy {
                 }
                 Level::Disabled => {
                     a.verdict = Verdict::Deny;
+                    a.class = Class::Unsandboxed;
                     a.reason = "commands cannot be sandboxed on this machine and \
                                 policy.unsandboxed = \"deny\""
                         .into();
@@ -368,8 +403,9 @@ impl Policy {
             Verdict::Allow => Decision::Allow {
                 reason: a.reason.clone(),
             },
-            Verdict::Ask => Decision::Ask {
+            Verdict::Ask | Verdict::AskPerson => Decision::Ask {
                 reason: a.reason.clone(),
+                person_only: a.verdict.person_only(),
             },
             Verdict::Deny => Decision::Deny {
                 reason: a.reason.clone(),
@@ -396,6 +432,14 @@ impl Policy {
             }
         }
         None
+    }
+
+    /// The protected-path pattern a workspace-relative path matches, if any.
+    pub fn protected_pattern(&self, rel: &std::path::Path) -> Option<String> {
+        self.protected.iter().find_map(|(pattern, m, basename)| {
+            let by_name = *basename && rel.file_name().is_some_and(|n| m.is_match(n));
+            (m.is_match(rel) || by_name).then(|| pattern.clone())
+        })
     }
 
     /// The protected-path patterns, for `toolpilot tools`.
@@ -430,7 +474,8 @@ impl Policy {
             };
         }
         if let Some(Target::Command { line, sandboxed }) = targets.first() {
-            return self.decide_command(tool, line, *sandboxed).0;
+            let judge = WorkspaceJudge::new(ws, self);
+            return self.decide_command(tool, line, *sandboxed, &judge).0;
         }
         for t in targets {
             if let Target::Path { path, access } = t {
@@ -462,17 +507,13 @@ impl Policy {
             };
         }
         if let Some((path, pattern)) = self.protected_match(targets) {
-            return Decision::Ask {
-                reason: format!(
-                    "writing {path} requires approval: it matches the protected path `{pattern}` \
-                     (policy.protected)"
-                ),
-            };
+            return Decision::ask(format!(
+                "writing {path} requires approval: it matches the protected path `{pattern}` \
+                 (policy.protected)"
+            ));
         }
         if let Some(r) = self.ask.iter().find(|r| r.matches_any(tool, targets)) {
-            return Decision::Ask {
-                reason: format!("{} requires approval", r.source),
-            };
+            return Decision::ask(format!("{} requires approval", r.source));
         }
         if let Some(r) = self.allow.iter().find(|r| r.matches_all(tool, targets)) {
             return Decision::Allow {
@@ -486,9 +527,7 @@ impl Policy {
         };
         match level {
             Level::Allow => Decision::Allow { reason: source },
-            _ => Decision::Ask {
-                reason: format!("{source} requires approval"),
-            },
+            _ => Decision::ask(format!("{source} requires approval")),
         }
     }
 }

@@ -305,16 +305,22 @@ pub async fn policy_check(State(state): State<AppState>, body: Bytes) -> Respons
         .into_response();
     };
     let engine = &state.engine;
-    let (decision, a) = engine.registry.policy().decide_command(
+    let policy = engine.registry.policy();
+    let judge = crate::policy::WorkspaceJudge::new(&engine.workspace, &policy);
+    let (decision, a) = policy.decide_command(
         "run_terminal_command",
         command,
         engine.terminal.sandboxed(),
+        &judge,
     );
-    let approved =
-        matches!(decision, crate::policy::Decision::Ask { .. }) && engine.config.agent.approve_asks;
+    let approved = matches!(decision, crate::policy::Decision::Ask { .. })
+        && !decision.person_only()
+        && engine.config.agent.approve_asks;
     let body = json!({
         "command": command,
         "decision": decision.label(),
+        "person_only": decision.person_only(),
+        "class": a.class,
         "reason": decision.reason(),
         "approved_by_yes": approved,
         "sandboxed": engine.terminal.sandboxed(),

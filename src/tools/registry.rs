@@ -28,10 +28,12 @@ pub enum Approval {
 
 /// Resolves calls whose policy decision is `ask` (see `agent` for the approvers a run uses).
 pub trait Approver: Send + Sync {
+    /// `person_only`: only a person may approve it (`--yes` does not).
     fn approve<'a>(
         &'a self,
         call: &'a ToolCall,
         reason: &'a str,
+        person_only: bool,
         targets: &'a [Target],
     ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>>;
 }
@@ -42,22 +44,42 @@ pub struct ApproveAll;
 impl Approver for ApproveAll {
     fn approve<'a>(
         &'a self,
-        _: &'a ToolCall,
-        _: &'a str,
+        call: &'a ToolCall,
+        reason: &'a str,
+        person_only: bool,
         _: &'a [Target],
     ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
-        Box::pin(std::future::ready(Approval::Approved("--yes".into())))
+        let a = if person_only {
+            Approval::Refused(
+                person_only_refusal(&call.name, reason),
+                Status::NeedsApproval,
+            )
+        } else {
+            Approval::Approved("--yes".into())
+        };
+        Box::pin(std::future::ready(a))
     }
 }
 
 /// Nobody can approve: every ask is refused with a message that says so.
 pub struct NoApprover;
 
+/// Why `--yes` did not approve a call only a person may approve.
+pub fn person_only_refusal(tool: &str, reason: &str) -> String {
+    format!(
+        "{tool} was not run: only a person can approve it ({reason}). --yes does not approve \
+         reading a sensitive file or writing a protected path. Continue without it, or tell the \
+         user what you wanted to do: they can approve it in the console or through \
+         /v1/approvals, or add an allow rule that names this command."
+    )
+}
+
 impl Approver for NoApprover {
     fn approve<'a>(
         &'a self,
         call: &'a ToolCall,
         reason: &'a str,
+        _: bool,
         _: &'a [Target],
     ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
         Box::pin(std::future::ready(Approval::Refused(
@@ -146,8 +168,10 @@ impl HopGate {
         let same_host = matches!(target, Target::Url { host, .. } if host == from_host);
         match decision {
             Decision::Allow { .. } => Ok(()),
-            Decision::Ask { .. } if self.approve_asks || same_host => Ok(()),
-            Decision::Ask { reason } => Err(format!(
+            Decision::Ask {
+                person_only: false, ..
+            } if self.approve_asks || same_host => Ok(()),
+            Decision::Ask { reason, .. } => Err(format!(
                 "it is on another host, which needs its own approval ({reason}). To read it, \
                  call {tool} with that URL"
             )),
@@ -275,7 +299,7 @@ impl Registry {
             .policy()
             .decide(&call.name, &invocation.targets, &env.workspace)
         {
-            Decision::Ask { reason } => Some((
+            Decision::Ask { reason, .. } => Some((
                 reason,
                 crate::approvals::rules_for(&call.name, &invocation.targets),
             )),
@@ -355,8 +379,14 @@ impl Registry {
                     Status::Denied,
                 );
             }
-            Decision::Ask { reason } => {
-                match approver.approve(call, &reason, &invocation.targets).await {
+            Decision::Ask {
+                reason,
+                person_only,
+            } => {
+                match approver
+                    .approve(call, &reason, person_only, &invocation.targets)
+                    .await
+                {
                     Approval::Approved(by) => {
                         tracing::info!(tool = name, call_id = %call.id, by = %by, "approved");
                     }

@@ -400,6 +400,29 @@ impl Workspace {
         }
     }
 
+    /// The sensitive-file pattern that matches a relative path (inside the workspace), or the
+    /// path of a file outside it taken from `/` (the patterns without a `/` in the middle match
+    /// at any depth there too).
+    pub fn sensitive_rel_match(&self, rel: &Path, is_dir: bool) -> Option<String> {
+        if rel.as_os_str().is_empty() {
+            return None;
+        }
+        match self.sensitive.matched_path_or_any_parents(rel, is_dir) {
+            ignore::Match::Ignore(glob) => Some(glob.original().to_string()),
+            _ => None,
+        }
+    }
+
+    /// The user's home folder (`HOME`), for `~` in paths.
+    pub fn home(&self) -> Option<&Path> {
+        self.home.as_deref()
+    }
+
+    /// The root as it was given, when it differs from the canonical one.
+    pub fn alias(&self) -> Option<&Path> {
+        self.alias.as_deref()
+    }
+
     /// Like [`Workspace::sensitive_match`] for a relative path found by a walk.
     pub fn is_sensitive_rel(&self, rel: &Path, is_dir: bool) -> bool {
         self.sensitive
