@@ -40,6 +40,9 @@ fn join(dir: &str, name: &str) -> String {
 }
 
 fn shown(targets: &[String]) -> String {
+    if targets.is_empty() {
+        return "the files it is given".to_string();
+    }
     let list: Vec<String> = targets.iter().take(4).map(|t| format!("`{t}`")).collect();
     let more = targets.len().saturating_sub(4);
     if more > 0 {

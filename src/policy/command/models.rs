@@ -783,6 +783,7 @@ fn others(inv: &Inv, f: &mut Facts) -> bool {
         return true;
     }
     if INTERPRETERS.contains(&name) {
+        f.read_args(inv.args());
         if is_version_or_help(inv) {
             f.allow(Class::ReadOnly, "prints its version or help");
         } else if inv.args().is_empty() && !matches!(name, "eval" | "exec" | "source" | ".") {
@@ -821,23 +822,38 @@ fn others(inv: &Inv, f: &mut Facts) -> bool {
 fn install(inv: &Inv) -> bool {
     let name = inv.name();
     let sub = inv.arg(0);
-    (matches!(name, "npm" | "pnpm" | "yarn" | "bun")
-        && matches!(
-            sub,
-            "install"
-                | "i"
-                | "add"
-                | "ci"
-                | "uninstall"
-                | "remove"
-                | "rm"
-                | "update"
-                | "upgrade"
-                | "link"
-                | "publish"
-                | "dlx"
-                | "x"
-        ))
+    let install_step = (matches!(name, "make" | "gmake" | "ninja" | "meson")
+        && inv.texts().any(|w| matches!(w, "install" | "uninstall")))
+        || (matches!(name, "npm" | "pnpm" | "yarn" | "bun")
+            && inv.texts().any(|w| {
+                matches!(
+                    w,
+                    "preinstall"
+                        | "install"
+                        | "postinstall"
+                        | "prepare"
+                        | "prepublish"
+                        | "prepublishOnly"
+                )
+            }));
+    install_step
+        || (matches!(name, "npm" | "pnpm" | "yarn" | "bun")
+            && matches!(
+                sub,
+                "install"
+                    | "i"
+                    | "add"
+                    | "ci"
+                    | "uninstall"
+                    | "remove"
+                    | "rm"
+                    | "update"
+                    | "upgrade"
+                    | "link"
+                    | "publish"
+                    | "dlx"
+                    | "x"
+            ))
         || (matches!(
             name,
             "pip" | "pip3" | "pipx" | "uv" | "poetry" | "conda" | "mamba" | "gem" | "composer"

@@ -245,8 +245,12 @@ impl Dirs {
                     .iter()
                     .filter(|w| !w.text.starts_with('-'))
                     .collect();
+                let fixed = |w: &Word| {
+                    !w.text.contains(['$', '`', '*', '?', '['])
+                        && (!w.dynamic || w.text.starts_with('~'))
+                };
                 match args.first() {
-                    Some(w) if !w.dynamic && name != "popd" => d.known.push(w.text.clone()),
+                    Some(w) if fixed(w) && name != "popd" => d.known.push(w.text.clone()),
                     _ => d.unknown = true,
                 }
             }
@@ -654,19 +658,6 @@ impl CommandPolicy {
 
     /// A sensitive file read or a protected path written: only a person may approve.
     fn person_only(&self, facts: &Facts, ctx: &Ctx) -> Option<(Class, String)> {
-        for t in &facts.touched {
-            for v in ctx.dirs.variants(t) {
-                if let Some(pattern) = ctx.judge.protected(&v) {
-                    return Some((
-                        Class::Protected,
-                        format!(
-                            "it writes `{v}`, a protected path (matches `{pattern}` in \
-                             policy.protected); only a person can approve this, --yes does not"
-                        ),
-                    ));
-                }
-            }
-        }
         for r in &facts.reads {
             for v in ctx.dirs.variants(r) {
                 if let Some(pattern) = sensitive(ctx.judge, &v) {
@@ -676,6 +667,19 @@ impl CommandPolicy {
                             "it reads `{v}`, a sensitive file (matches `{pattern}` in the \
                              sensitive-file list); only a person can approve this, --yes does \
                              not (or an allow rule naming this command)"
+                        ),
+                    ));
+                }
+            }
+        }
+        for t in &facts.touched {
+            for v in ctx.dirs.variants(t) {
+                if let Some(pattern) = ctx.judge.protected(&v) {
+                    return Some((
+                        Class::Protected,
+                        format!(
+                            "it writes `{v}`, a protected path (matches `{pattern}` in \
+                             policy.protected); only a person can approve this, --yes does not"
                         ),
                     ));
                 }
@@ -701,6 +705,24 @@ fn sensitive(judge: &dyn PathJudge, word: &str) -> Option<String> {
     if !last.contains(['*', '?', '[']) {
         return None;
     }
+    // A glob with no literal character (`*`, `?*`) is not tried: it names nothing in
+    // particular, and the secrets check is about files named in the arguments.
+    let mut in_bracket = false;
+    let literal = last.chars().any(|c| match c {
+        '[' => {
+            in_bracket = true;
+            false
+        }
+        ']' => {
+            in_bracket = false;
+            false
+        }
+        '*' | '?' => false,
+        _ => !in_bracket,
+    });
+    if !literal {
+        return None;
+    }
     let glob = globset::Glob::new(last).ok()?.compile_matcher();
     for probe in SENSITIVE_PROBES {
         if glob.is_match(probe) {
@@ -708,6 +730,10 @@ fn sensitive(judge: &dyn PathJudge, word: &str) -> Option<String> {
                 Some(d) => format!("{d}/{probe}"),
                 None => probe.to_string(),
             };
+            // The shell's globs do not match a leading dot unless the pattern has one.
+            if probe.starts_with('.') && !last.starts_with('.') {
+                continue;
+            }
             if let Some(p) = judge.sensitive(&candidate) {
                 return Some(p);
             }
