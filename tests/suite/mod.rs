@@ -2,6 +2,7 @@ mod agent_loop;
 mod approvals;
 mod binaries;
 mod codebase;
+mod command_props;
 mod command_table;
 mod confinement;
 mod console;
