@@ -230,3 +230,36 @@ async fn policy_check_over_http_shows_verdict_class_and_person_only() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yes_does_not_approve_what_only_a_person_may() {
+    let s = TestServer::builder()
+        .yes()
+        .file(".env", "API_KEY=hunter2\n")
+        .file("notes.txt", "notes\n")
+        .script(json!({"rounds": [{"tool_calls": [
+            {"id": "secret", "name": "run_terminal_command", "arguments": {"command": "cat .env"}},
+            {"id": "hook", "name": "run_terminal_command", "arguments": {"command": "echo x > .git/config"}},
+            {"id": "plain", "name": "run_terminal_command", "arguments": {"command": "cat notes.txt"}}
+        ]}, {"text": "done"}]}))
+        .start()
+        .await;
+    s.chat(ask("x")).await;
+    let reqs = s.requests();
+    let secret = tool_result(&reqs[1], "secret");
+    assert!(
+        secret.contains("only a person can approve it") && !secret.contains("hunter2"),
+        "{secret}"
+    );
+    assert!(secret.contains("sensitive file"), "{secret}");
+    let hook = tool_result(&reqs[1], "hook");
+    assert!(hook.contains("only a person can approve it"), "{hook}");
+    assert!(hook.contains("protected path"), "{hook}");
+    assert!(
+        !s.path(".git/config").exists()
+            || std::fs::read_to_string(s.path(".git/config")).unwrap() != "x\n"
+    );
+    // An ordinary ask is still approved by --yes (or allowed outright with a sandbox).
+    let plain = tool_result(&reqs[1], "plain");
+    assert!(plain.contains("notes"), "{plain}");
+}

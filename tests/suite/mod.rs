@@ -3,6 +3,7 @@ mod approvals;
 mod binaries;
 mod codebase;
 mod command_props;
+mod command_shells;
 mod command_table;
 mod confinement;
 mod console;

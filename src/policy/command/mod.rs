@@ -23,6 +23,55 @@ mod wrappers;
 pub use parse::{ParseError, Part, Word, parse};
 pub use rules::{Assessment, CommandPolicy, PartVerdict, UserRule, WritesSwitch};
 
+/// Every command a line could run, as the policy sees it: each part's words and, looking
+/// through its wrappers, each wrapped command; with the command lines that `sh -c`, `eval` and
+/// `flock -c` run, and the substitutions bash evaluates inside array subscripts (`test -v
+/// 'a[$(cmd)]'`). For comparing with what a shell runs (the differential test).
+pub fn invocations(line: &str) -> Result<Vec<Vec<Word>>, ParseError> {
+    let mut out = Vec::new();
+    collect(line, 0, &mut out)?;
+    Ok(out)
+}
+
+fn collect(line: &str, depth: usize, out: &mut Vec<Vec<Word>>) -> Result<(), ParseError> {
+    let parts = parse(line)?;
+    let nested = |text: &str, out: &mut Vec<Vec<Word>>| {
+        if depth < 4 {
+            // A script that does not parse runs nothing the policy allows anyway.
+            let _ = collect(text, depth + 1, out);
+        }
+    };
+    for p in &parts {
+        let u = wrappers::unwrap(&p.words);
+        out.extend(u.layers.iter().cloned());
+        if let Some(script) = &u.script {
+            nested(script, out);
+        }
+        for w in &p.words {
+            // `a[$(cmd)]`: bash runs cmd when a builtin evaluates the subscript.
+            if let Some(k) = w.text.find("[$(") {
+                if let Some(end) = w.text[k..].rfind(")]") {
+                    nested(&w.text[k + 3..k + end], out);
+                }
+            }
+        }
+        let Some(inner) = u.inner else { continue };
+        let inv = models::Inv {
+            words: inner,
+            open_tail: false,
+        };
+        if models::SHELLS.contains(&inv.name()) {
+            if let Some(script) = rules::shell_script(&inv) {
+                nested(&script, out);
+            }
+        } else if inv.name() == "eval" {
+            let joined: Vec<&str> = inv.args().iter().map(|w| w.text.as_str()).collect();
+            nested(&joined.join(" "), out);
+        }
+    }
+    Ok(())
+}
+
 /// How the policy sees the paths named in a command's arguments. Commands run in the workspace
 /// root; words are as written (`~/x`, `../y`, `$HOME/z`, `/abs/p`).
 pub trait PathJudge {

@@ -743,7 +743,7 @@ fn sensitive(judge: &dyn PathJudge, word: &str) -> Option<String> {
 }
 
 /// The script of `sh -c SCRIPT …`.
-fn shell_script(inv: &Inv) -> Option<String> {
+pub(crate) fn shell_script(inv: &Inv) -> Option<String> {
     let args = inv.args();
     let mut c = false;
     for w in args {
