@@ -376,8 +376,7 @@ pub(crate) fn compressor(inv: &Inv, f: &mut Facts) -> bool {
                 "version",
                 "info",
             ]
-            .iter()
-            .any(|l| *l == n)
+            .contains(&n)
             {
                 to_stdout = true;
             }

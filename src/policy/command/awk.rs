@@ -434,11 +434,7 @@ pub(crate) fn read_program(src: &str) -> Result<Program, String> {
                 "(" | "[" => depth += 1,
                 ")" | "]" => depth = depth.saturating_sub(1),
                 ";" | "{" | "}" => print_depth = None,
-                "&&" | "||" => {
-                    if print_depth.is_some_and(|d| d == depth) {
-                        print_depth = None;
-                    }
-                }
+                "&&" | "||" if print_depth == Some(depth) => print_depth = None,
                 ">" | ">>" if print_depth == Some(depth) => {
                     p.writes.push(match toks.get(k + 1) {
                         Some(Tok::Str(s)) => Some(s.clone()),

@@ -275,24 +275,16 @@ fn copy_like(inv: &Inv, f: &mut Facts) {
         stop_at_operand: false,
     };
     let (items, ops) = split(inv, &g);
+    // `install -s --strip-program=PROG` runs PROG.
     if name == "install"
-        && items.iter().any(|i| match i {
-            Item::Short { c: 's', .. } => true,
-            Item::Long { name, .. } => {
-                scan::is_long(name, "strip-program") || scan::is_long(name, "strip")
-            }
-            _ => false,
-        })
-    {
-        if items
+        && items
             .iter()
             .any(|i| matches!(i, Item::Long { name, .. } if scan::is_long(name, "strip-program")))
-        {
-            f.ask(
-                Class::Executes,
-                "`install --strip-program` runs the program it names",
-            );
-        }
+    {
+        f.ask(
+            Class::Executes,
+            "`install --strip-program` runs the program it names",
+        );
     }
     let dir = value_of(&items, 't', "target-directory");
     let dir_only = name == "install"

@@ -291,7 +291,7 @@ pub(crate) fn judge(inv: &Inv, f: &mut Facts) -> bool {
     let sub = sub_word.text.as_str();
     let rest = &args[i + 1..];
     let rest_texts: Vec<&str> = rest.iter().map(|w| w.text.as_str()).collect();
-    let has = |o: &str| rest_texts.iter().any(|w| *w == o);
+    let has = |o: &str| rest_texts.contains(&o);
     let has_long = |full: &str, min: usize| {
         rest_texts.iter().take_while(|w| **w != "--").any(|w| {
             w.strip_prefix("--").is_some_and(|n| {
@@ -717,7 +717,7 @@ pub(crate) fn judge(inv: &Inv, f: &mut Facts) -> bool {
             f.ask(Class::Executes, format!("`git {sub}` runs other programs"))
         }
         _ if sub == "rebase" && (has("-x") || has_long("exec", 3))
-            || sub == "bisect" && positional.get(0) == Some(&"run") =>
+            || sub == "bisect" && positional.first() == Some(&"run") =>
         {
             f.ask(
                 Class::Executes,

@@ -517,7 +517,7 @@ const SYSTEM_PATHS: &[&str] = &[
 
 fn destructive(inv: &Inv, f: &mut Facts) -> bool {
     let name = inv.name();
-    if name == "rm" && inv.has_flag('r', "recursive") || name == "rm" && inv.has_flag('R', "") {
+    if name == "rm" && (inv.has_flag('r', "recursive") || inv.has_flag('R', "")) {
         let hit = inv.texts().any(|w| {
             let t = w.trim_end_matches("/*").trim_end_matches('/');
             (!w.starts_with('-') && (SYSTEM_PATHS.contains(&t) || t.is_empty()))

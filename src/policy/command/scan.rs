@@ -123,7 +123,7 @@ pub(crate) fn text(v: &Option<Word>) -> &str {
 pub(crate) fn open_before_end(words: &[Word]) -> Option<&Word> {
     words
         .iter()
-        .take_while(|w| !(w.text == "--" && !w.dynamic))
+        .take_while(|w| w.text != "--" || w.dynamic)
         .find(|w| w.open_start)
 }
 
