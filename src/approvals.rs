@@ -230,7 +230,9 @@ pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
         return match crate::policy::command::parse(line) {
             Ok(parts) => parts
                 .iter()
-                .map(|p| format!("run_terminal_command({})", globset::escape(&p.text())))
+                .map(|p| p.full_text())
+                .filter(|t| !t.trim().is_empty())
+                .map(|t| format!("run_terminal_command({})", globset::escape(&t)))
                 .collect(),
             Err(_) => vec![format!("run_terminal_command({})", globset::escape(line))],
         };

@@ -1531,6 +1531,42 @@ mod tests {
     }
 
     #[test]
+    fn command_writes_is_ask_or_allow() {
+        let c = load(
+            "[policy]\ncommand_writes = \"allow\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.policy.command_writes,
+            crate::policy::command::WritesSwitch::Allow
+        );
+        let c = load("", &[], CommonArgs::default()).unwrap();
+        assert_eq!(
+            c.policy.command_writes,
+            crate::policy::command::WritesSwitch::Ask
+        );
+        let e = load(
+            "[policy]\ncommand_writes = \"yes\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("policy.command_writes: \"yes\" is not a choice"),
+            "{e}"
+        );
+        let e = load(
+            "[policy]\ncommand_write = \"allow\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("unknown field `command_write`"), "{e}");
+    }
+
+    #[test]
     fn web_keys_are_validated_and_named() {
         let bad = |toml: &str| load(toml, &[], CommonArgs::default()).unwrap_err();
         let e = bad("[web]\nallow = [\"127.0.0.1\", \"10.0.0.0/33\"]\n");

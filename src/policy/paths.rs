@@ -127,3 +127,58 @@ impl PathJudge for WorkspaceJudge<'_> {
         matches!(self.locate(word), Where::Inside(_))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PolicyConfig;
+
+    #[test]
+    fn where_path_arguments_lead() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sens: Vec<String> = crate::workspace::DEFAULT_SENSITIVE
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let ws = Workspace::open(tmp.path(), &sens).unwrap();
+        let policy = Policy::new(&PolicyConfig {
+            protected: super::super::DEFAULT_PROTECTED
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            ..PolicyConfig::default()
+        })
+        .unwrap();
+        let j = WorkspaceJudge::new(&ws, &policy);
+        let root = ws.root().display().to_string();
+        assert!(j.inside("src/a.rs") && j.inside("./x") && j.inside("a/../b"));
+        assert!(j.inside(&format!("{root}/src/a.rs")));
+        assert!(!j.inside("../x") && !j.inside("/tmp/x") && !j.inside("$OUT"));
+        assert!(!j.inside("~/x") && !j.inside("a/../../x"));
+        assert_eq!(j.sensitive(".env").as_deref(), Some(".env*"));
+        assert_eq!(j.sensitive("~/.ssh/id_rsa").as_deref(), Some("id_rsa"));
+        assert_eq!(
+            j.sensitive("/home/me/.aws/credentials").as_deref(),
+            Some(".aws/")
+        );
+        assert_eq!(j.sensitive("$HOME/.ssh/config").as_deref(), Some(".ssh/"));
+        assert_eq!(j.sensitive("src/main.rs"), None);
+        assert_eq!(j.protected(".git/config").as_deref(), Some(".git/**"));
+        assert_eq!(
+            j.protected("./.git/hooks/pre-commit").as_deref(),
+            Some(".git/**")
+        );
+        assert_eq!(
+            j.protected(&format!("{root}/.vscode/tasks.json"))
+                .as_deref(),
+            Some(".vscode/**")
+        );
+        assert_eq!(j.protected("sub/AGENTS.md").as_deref(), Some("AGENTS.md"));
+        assert_eq!(j.protected("src/a.rs"), None);
+        assert_eq!(
+            j.protected("/tmp/.git/config"),
+            None,
+            "outside is not protected here"
+        );
+    }
+}

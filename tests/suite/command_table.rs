@@ -77,6 +77,7 @@ pub fn policy_for(settings: &[(String, String)]) -> Policy {
             "allow" => cfg.allow.push(v.clone()),
             "ask" => cfg.ask.push(v.clone()),
             "deny" => cfg.deny.push(v.clone()),
+            "approved" => cfg.approved.push(v.clone()),
             other => panic!("unknown @policy key {other}"),
         }
     }

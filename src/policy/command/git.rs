@@ -55,6 +55,22 @@ const READ: &[&str] = &[
     "merge-tree",
 ];
 
+/// Reading subcommands that print the content of the files they name.
+const PRINTS_CONTENT: &[&str] = &[
+    "diff",
+    "log",
+    "show",
+    "blame",
+    "annotate",
+    "grep",
+    "cat-file",
+    "whatchanged",
+    "range-diff",
+    "diff-tree",
+    "diff-files",
+    "diff-index",
+];
+
 /// Subcommands that change the repository's state.
 const STATE: &[&str] = &[
     "add",
@@ -710,6 +726,15 @@ pub(crate) fn judge(inv: &Inv, f: &mut Facts) -> bool {
         }
         _ if READ.contains(&sub) => {
             generic(f);
+            if PRINTS_CONTENT.contains(&sub) {
+                // `git show HEAD:.env`, `git diff .env`: the content of a secret.
+                for p in &positional {
+                    f.read(p);
+                    if let Some((_, path)) = p.split_once(':') {
+                        f.read(path);
+                    }
+                }
+            }
             f.allow(Class::ReadOnly, "a read-only git command");
         }
         _ if NETWORK.contains(&sub) => f.ask(Class::Network, "network access (git remotes)"),

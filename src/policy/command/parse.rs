@@ -137,6 +137,31 @@ impl Part {
         self.words.first().map_or("", |w| w.text.as_str())
     }
 
+    /// The assignments, words and redirections (other than descriptor duplications) joined by
+    /// single spaces: what an "always allow" answer saves and matches, so that approving
+    /// `echo x > notes.txt` does not approve `echo x > .git/config`.
+    pub fn full_text(&self) -> String {
+        let mut items: Vec<String> = self
+            .assignments
+            .iter()
+            .map(|a| format!("{}={}", a.name, a.value))
+            .collect();
+        items.extend(self.words.iter().map(|w| w.text.clone()));
+        for r in &self.redirects {
+            let op = match r.op {
+                RedirOp::In => "<",
+                RedirOp::Out => ">",
+                RedirOp::Append => ">>",
+                RedirOp::InOut => "<>",
+                RedirOp::HereDoc => "<<",
+                RedirOp::HereString => "<<<",
+                RedirOp::Dup => continue,
+            };
+            items.push(format!("{op} {}", r.target.text));
+        }
+        items.join(" ")
+    }
+
     /// The command word itself comes from an expansion (`$cmd args`, `$(which x)`, `{rm,x}`).
     pub fn dynamic(&self) -> bool {
         self.words.first().is_some_and(|w| w.dynamic)

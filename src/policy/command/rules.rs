@@ -528,7 +528,7 @@ impl CommandPolicy {
         let user = |v: Verdict| {
             self.user
                 .iter()
-                .find(|r| r.verdict == v && texts.iter().any(|t| r.matches(t)))
+                .find(|r| r.verdict == v && !r.approved && texts.iter().any(|t| r.matches(t)))
         };
         if let Some(r) = user(Verdict::Deny) {
             return verdict(
@@ -550,10 +550,9 @@ impl CommandPolicy {
             );
         }
         let person = self.person_only(&facts, ctx);
-        let approved = self
-            .user
-            .iter()
-            .find(|r| r.approved && texts.iter().any(|t| r.matches(t)));
+        // An "always allow" answer names the exact command with its redirections.
+        let full = p.full_text();
+        let approved = self.user.iter().find(|r| r.approved && r.matches(&full));
         if let Some(r) = approved {
             return verdict(
                 Verdict::Allow,
