@@ -317,10 +317,9 @@ fn copy_like(inv: &Inv, f: &mut Facts) {
             }
         }
     }
-    if name != "ln" {
-        for s in &sources {
-            f.read(s);
-        }
+    // A link to a secret exposes it as much as a copy does.
+    for s in &sources {
+        f.read(s);
     }
     if name == "mv" {
         f.touched.extend(sources.iter().cloned());

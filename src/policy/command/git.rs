@@ -345,7 +345,7 @@ pub(crate) fn judge(inv: &Inv, f: &mut Facts) -> bool {
                     Some((n, v)) => (n, Some(v.to_string())),
                     None => (long, None),
                 };
-                if n.len() >= 4 && scan::is_long(n, "output") || n == "output" {
+                if n.len() >= 3 && scan::is_long(n, "output") {
                     let target = v
                         .or_else(|| rest_texts.get(k + 1).map(|s| s.to_string()))
                         .unwrap_or_default();
@@ -353,12 +353,12 @@ pub(crate) fn judge(inv: &Inv, f: &mut Facts) -> bool {
                         vec![target.clone()],
                         format!("`git {sub} --output` writes `{target}`"),
                     );
-                } else if n.len() >= 4 && scan::is_long(n, "ext-diff") {
+                } else if n.len() >= 3 && scan::is_long(n, "ext-diff") {
                     f.ask(
                         Class::Executes,
                         format!("`git {sub} --ext-diff` runs the external diff program configured for the files"),
                     );
-                } else if n.len() >= 3 && scan::is_long(n, "textconv") {
+                } else if n.len() >= 5 && scan::is_long(n, "textconv") {
                     f.ask(
                         Class::Executes,
                         format!("`git {sub} --textconv` runs the text conversion programs configured for the files"),
