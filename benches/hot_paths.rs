@@ -227,6 +227,7 @@ fn policy(c: &mut Criterion) {
                 "run_terminal_command",
                 black_box("cargo test --all 2>&1 | tail -20 && git status"),
                 true,
+                &toolpilot::policy::WorkspaceJudge::new(&ws, &p),
             ))
         })
     });

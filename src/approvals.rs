@@ -244,7 +244,7 @@ impl Approvals {
 /// sees); a command line the parser does not read; a path that is not UTF-8.
 pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
     if let Some(Target::Command { line, .. }) = targets.first() {
-        let Ok(parts) = crate::terminal::parse::parse(line) else {
+        let Ok(parts) = crate::policy::command::parse(line) else {
             // A line the parser does not read always asks: no rule could allow it.
             return Vec::new();
         };
@@ -299,16 +299,22 @@ pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
     }
 }
 
-/// The rule that allows exactly this command part, if one can say so (see [`rules_for`]).
-fn command_rule(part: &crate::terminal::parse::Part) -> Option<String> {
-    let exact = !part.dynamic
+/// The rule that allows exactly this command part, if one can say so (see [`rules_for`]): its
+/// words and redirections as written (`Part::full_text`, what saved rules are matched
+/// against), when none is an expansion and none holds white space (which would make two
+/// different commands read alike).
+fn command_rule(part: &crate::policy::command::Part) -> Option<String> {
+    let plain = |w: &crate::policy::command::Word| {
+        !w.dynamic
+            && !w.text.is_empty()
+            && !w.text.contains(char::is_whitespace)
+            && !w.text.contains(['$', '`'])
+    };
+    let exact = !part.words.is_empty()
         && part.assignments.is_empty()
-        && part.writes.is_empty()
-        && part
-            .words
-            .iter()
-            .all(|w| !w.is_empty() && !w.contains(char::is_whitespace) && !w.contains(['$', '`']));
-    exact.then(|| format!("run_terminal_command({})", glob_literal(&part.text())))
+        && part.words.iter().all(plain)
+        && part.redirects.iter().all(|r| plain(&r.target));
+    exact.then(|| format!("run_terminal_command({})", glob_literal(&part.full_text())))
 }
 
 /// `text` as a glob that matches exactly `text`: every glob character (and `\`, and `,`
@@ -448,19 +454,25 @@ mod tests {
             )
         };
         assert_eq!(
-            rules_of("make lint && ./x.sh --n=[1] *.rs"),
+            rules_of("make lint && ./x.sh '--n=[1]' '*.rs'"),
             [
                 "run_terminal_command(make lint)",
                 "run_terminal_command(./x.sh --n=\\[1\\] \\*.rs)"
             ]
         );
+        // A redirection is part of the rule, so it covers that target only.
+        assert_eq!(
+            rules_of("echo hi > notes.txt"),
+            ["run_terminal_command(echo hi > notes.txt)"]
+        );
         // What a rule cannot say exactly gets no rule: the approval covers this call only.
         for line in [
+            "ls *.rs",
             "touch 'a b'",
             "touch ''",
             "cat $FILE",
             "FOO=1 make",
-            "echo hi > notes.txt",
+            "echo hi > \"$OUT\"",
             "$EDITOR x",
             "for x in a; do echo; done",
         ] {
@@ -477,17 +489,19 @@ mod tests {
                 .and_then(|r| r.strip_suffix(')'))
                 .unwrap()
                 .to_string();
-            crate::terminal::rules::UserRule::new(
-                crate::terminal::rules::Verdict::Allow,
+            crate::policy::command::UserRule::new(
+                crate::policy::command::Verdict::Allow,
                 &inner,
                 "test",
             )
             .unwrap()
         };
-        let r = rule("ls *.rs");
-        assert!(r.matches_line("ls *.rs"));
+        let r = rule("ls '*.rs'");
+        assert!(r.matches_line("ls '*.rs'"));
         assert!(!r.matches_line("ls a.rs"));
-        assert!(!r.matches_line("ls *.rs extra"));
+        assert!(!r.matches_line("ls '*.rs' extra"));
+        // An unquoted glob reads alike but is another command; the policy never lets an
+        // "always allow" rule match it (`CommandPolicy`), as the table tests.
         let r = rule(r"printf 'a\\b'");
         assert!(r.matches_line(r"printf 'a\\b'"));
         assert!(!r.matches_line("printf ab"));

@@ -429,6 +429,9 @@ pub struct PolicyConfig {
     pub commands: Vec<CommandRuleConfig>,
     /// Use the built-in command rules.
     pub command_defaults: bool,
+    /// `policy.command_writes`: whether commands that write files inside the workspace (not
+    /// protected paths) run without approval.
+    pub command_writes: crate::policy::command::WritesSwitch,
     /// What an otherwise allowed command becomes without a sandbox.
     pub unsandboxed: Level,
     /// Allow rules from "always allow" answers (not from the config file). They rank above
@@ -632,6 +635,7 @@ struct PolicyFile {
     deny: Option<Vec<String>>,
     protected: Option<Vec<String>>,
     commands: Option<Vec<CommandRuleConfig>>,
+    command_writes: Option<String>,
 }
 
 /// A configuration error, naming the key or variable at fault.
@@ -1015,6 +1019,17 @@ impl Config {
             }),
             commands: p.commands.unwrap_or_default(),
             command_defaults: tf.default_rules.unwrap_or(true),
+            command_writes: match p.command_writes.as_deref() {
+                None | Some("ask") => crate::policy::command::WritesSwitch::Ask,
+                Some("allow") => crate::policy::command::WritesSwitch::Allow,
+                Some(v) => {
+                    return Err(err(format!(
+                        "policy.command_writes: {v:?} is not a choice; use \"ask\" (commands \
+                         that write files need approval) or \"allow\" (they run when every \
+                         file they write is inside the workspace and not protected)"
+                    )));
+                }
+            },
             unsandboxed,
             approved: Vec::new(),
         };
@@ -1697,6 +1712,7 @@ mod tests {
             "search_exclude",
             "search_timeout_secs",
             "git_timeout_secs",
+            "command_writes",
             "deny",
             "ask",
             "allow",
@@ -1741,6 +1757,42 @@ mod tests {
         ] {
             assert!(example.contains(section), "{section}");
         }
+    }
+
+    #[test]
+    fn command_writes_is_ask_or_allow() {
+        let c = load(
+            "[policy]\ncommand_writes = \"allow\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.policy.command_writes,
+            crate::policy::command::WritesSwitch::Allow
+        );
+        let c = load("", &[], CommonArgs::default()).unwrap();
+        assert_eq!(
+            c.policy.command_writes,
+            crate::policy::command::WritesSwitch::Ask
+        );
+        let e = load(
+            "[policy]\ncommand_writes = \"yes\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("policy.command_writes: \"yes\" is not a choice"),
+            "{e}"
+        );
+        let e = load(
+            "[policy]\ncommand_write = \"allow\"\n",
+            &[],
+            CommonArgs::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("unknown field `command_write`"), "{e}");
     }
 
     #[test]

@@ -404,19 +404,46 @@ fn policy_check(common: CommonArgs, command: &str, json: bool) -> Result<(), Str
     } else {
         toolpilot::terminal::sandbox::SandboxStatus::off("turned off")
     };
-    let (decision, a) = policy.decide_command("run_terminal_command", command, sandbox.available);
+    let ws = toolpilot::workspace::Workspace::open(&config.workspace, &config.sensitive_files)
+        .map_err(|e| {
+            format!(
+                "cannot open the workspace {}: {e}",
+                config.workspace.display()
+            )
+        })?;
+    let judge = toolpilot::policy::WorkspaceJudge::new(&ws, &policy);
+    let (decision, a) =
+        policy.decide_command("run_terminal_command", command, sandbox.available, &judge);
     let approved = matches!(decision, toolpilot::policy::Decision::Ask { .. })
         && !decision.person_only()
         && config.agent.approve_asks;
     if json {
-        let v = json!({"command": command, "decision": decision.label(), "reason": decision.reason(),
-            "approved_by_yes": approved, "sandbox": sandbox, "parts": a.parts});
+        let v = json!({"command": command, "decision": decision.label(),
+            "person_only": decision.person_only(), "class": a.class,
+            "reason": decision.reason(), "approved_by_yes": approved, "sandbox": sandbox,
+            "parts": a.parts});
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
-    println!("{}: {}", decision.label(), decision.reason());
+    let person = if decision.person_only() {
+        " (a person must approve; --yes does not)"
+    } else {
+        ""
+    };
+    println!(
+        "{} [{}]{person}: {}",
+        decision.label(),
+        a.class.label(),
+        decision.reason()
+    );
     for p in &a.parts {
-        println!("  {:<5} {}  ({})", p.verdict.label(), p.command, p.reason);
+        println!(
+            "  {:<5} {:<11} {}  ({})",
+            p.verdict.label(),
+            p.class.label(),
+            p.command,
+            p.reason
+        );
     }
     println!("sandbox: {}", sandbox.detail);
     if approved {

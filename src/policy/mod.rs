@@ -14,9 +14,14 @@ use std::collections::BTreeMap;
 use globset::{GlobBuilder, GlobMatcher};
 
 use crate::config::PolicyConfig;
-use crate::terminal::rules::{Assessment, CommandPolicy, UserRule, Verdict};
+pub mod command;
+mod paths;
+
+pub use paths::WorkspaceJudge;
+
 use crate::tools::Target;
 use crate::workspace::Workspace;
+use command::{Assessment, Class, CommandPolicy, PathJudge, UserRule, Verdict};
 
 /// A tool's base policy, in Continue's vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -83,7 +88,15 @@ impl Decision {
         }
     }
 
-    /// An ask that `--yes` does not approve.
+    /// An ask (not `person_only`): what `--yes` approves.
+    pub fn ask(reason: String) -> Decision {
+        Decision::Ask {
+            reason,
+            person_only: false,
+        }
+    }
+
+    /// Whether only a person may approve it.
     pub fn person_only(&self) -> bool {
         matches!(
             self,
@@ -191,7 +204,7 @@ pub struct Policy {
 impl Policy {
     /// Compiles the configured policy. Errors name the list and index of a bad rule.
     pub fn new(cfg: &PolicyConfig) -> Result<Policy, String> {
-        // `run_terminal_command(pattern)` rules are command rules (see `terminal::rules`).
+        // `run_terminal_command(pattern)` rules are command rules (see `command::rules`).
         let mut command_rules = Vec::new();
         for (list, key, verdict) in [
             (&cfg.deny, "deny", Verdict::Deny),
@@ -199,6 +212,7 @@ impl Policy {
             (&cfg.allow, "allow", Verdict::Allow),
             (&cfg.approved, "approved", Verdict::Allow),
         ] {
+            let approved = key == "approved";
             for (i, text) in list.iter().enumerate() {
                 let t = text.trim();
                 if let Some(inner) = t
@@ -206,10 +220,13 @@ impl Policy {
                     .and_then(|r| r.strip_suffix(')'))
                 {
                     let source = format!("policy.{key}[{i}] `{t}`");
-                    command_rules.push(
+                    let rule = if approved {
+                        UserRule::approved(inner.trim(), &source)
+                    } else {
                         UserRule::new(verdict, inner.trim(), &source)
-                            .map_err(|e| format!("policy.{key}[{i}] {text:?}: {e}"))?,
-                    );
+                    };
+                    command_rules
+                        .push(rule.map_err(|e| format!("policy.{key}[{i}] {text:?}: {e}"))?);
                 }
             }
         }
@@ -245,7 +262,8 @@ impl Policy {
             }
             command_rules.push(rule);
         }
-        let commands = CommandPolicy::new(command_rules, cfg.command_defaults)?;
+        let commands = CommandPolicy::new(command_rules, cfg.command_defaults)?
+            .with_writes(cfg.command_writes);
         let compile = |list: &[String], key: &str| -> Result<Vec<Rule>, String> {
             list.iter()
                 .enumerate()
@@ -299,6 +317,7 @@ impl Policy {
         tool: &str,
         line: &str,
         sandboxed: bool,
+        judge: &dyn PathJudge,
     ) -> (Decision, Assessment) {
         let level = self.level(tool);
         let bare = |rules: &[Rule]| {
@@ -324,19 +343,16 @@ impl Policy {
             (Verdict::Ask, String::new())
         };
         let mut a = if base == Verdict::Deny {
-            Assessment {
-                verdict: Verdict::Deny,
-                reason: base_source.clone(),
-                parts: Vec::new(),
-            }
+            Assessment::single(Verdict::Deny, Class::Disabled, base_source.clone())
         } else {
-            self.commands.assess(line, base)
+            self.commands.assess(line, base, judge)
         };
         if a.verdict == Verdict::Allow && !sandboxed {
             match self.unsandboxed {
                 Level::Allow => {}
                 Level::Ask => {
                     a.verdict = Verdict::Ask;
+                    a.class = Class::Unsandboxed;
                     a.reason = format!(
                         "{}; but commands cannot be sandboxed on this machine, so every command \
                          needs approval (policy.unsandboxed)",
@@ -345,6 +361,7 @@ impl Policy {
                 }
                 Level::Disabled => {
                     a.verdict = Verdict::Deny;
+                    a.class = Class::Unsandboxed;
                     a.reason = "commands cannot be sandboxed on this machine and \
                                 policy.unsandboxed = \"deny\""
                         .into();
@@ -355,9 +372,9 @@ impl Policy {
             Verdict::Allow => Decision::Allow {
                 reason: a.reason.clone(),
             },
-            Verdict::Ask => Decision::Ask {
+            Verdict::Ask | Verdict::AskPerson => Decision::Ask {
                 reason: a.reason.clone(),
-                person_only: false,
+                person_only: a.verdict.person_only(),
             },
             Verdict::Deny => Decision::Deny {
                 reason: a.reason.clone(),
@@ -375,6 +392,12 @@ impl Policy {
                 .map(|hit| (path.display(), hit)),
             _ => None,
         })
+    }
+
+    /// The protected-path pattern a workspace-relative path matches, if any.
+    /// Names are compared folded (case, HFS+ and NTFS spellings, 8.3 names).
+    pub fn protected_pattern(&self, rel: &std::path::Path) -> Option<String> {
+        self.protected.check(rel).map(|hit| hit.pattern)
     }
 
     /// The protected-path patterns, for `toolpilot tools`.
@@ -414,7 +437,8 @@ impl Policy {
             };
         }
         if let Some(Target::Command { line, sandboxed }) = targets.first() {
-            return self.decide_command(tool, line, *sandboxed).0;
+            let judge = WorkspaceJudge::new(ws, self);
+            return self.decide_command(tool, line, *sandboxed, &judge).0;
         }
         for t in targets {
             if let Target::Path { path, access } = t {
@@ -490,10 +514,7 @@ impl Policy {
         };
         match level {
             Level::Allow => Decision::Allow { reason: source },
-            _ => Decision::Ask {
-                reason: format!("{source} requires approval"),
-                person_only: false,
-            },
+            _ => Decision::ask(format!("{source} requires approval")),
         }
     }
 }

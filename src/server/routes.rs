@@ -307,10 +307,13 @@ pub async fn policy_check(State(state): State<AppState>, body: Bytes) -> Respons
         .into_response();
     };
     let engine = &state.engine;
-    let (decision, a) = engine.registry.policy().decide_command(
+    let policy = engine.registry.policy();
+    let judge = crate::policy::WorkspaceJudge::new(&engine.workspace, &policy);
+    let (decision, a) = policy.decide_command(
         "run_terminal_command",
         command,
         engine.terminal.sandboxed(),
+        &judge,
     );
     let approved = matches!(decision, crate::policy::Decision::Ask { .. })
         && !decision.person_only()
@@ -318,6 +321,8 @@ pub async fn policy_check(State(state): State<AppState>, body: Bytes) -> Respons
     let body = json!({
         "command": command,
         "decision": decision.label(),
+        "person_only": decision.person_only(),
+        "class": a.class,
         "reason": decision.reason(),
         "approved_by_yes": approved,
         "sandboxed": engine.terminal.sandboxed(),

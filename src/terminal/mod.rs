@@ -2,16 +2,14 @@
 //! background jobs, the environment commands get, and the protected paths around commands
 //! (`guard`).
 //!
-//! Only the supervisor (`sandbox.rs`, `confine.rs`) and `exec.rs` start processes; the policy
-//! calls into `rules.rs` (pure).
+//! Only the supervisor (`sandbox.rs`, `confine.rs`) and `exec.rs` start processes. The
+//! command language the policy judges lines with lives in `policy::command`.
 
 pub mod confine;
 pub mod exec;
 pub mod guard;
 pub mod jobs;
-pub mod parse;
 pub mod reads;
-pub mod rules;
 pub mod sandbox;
 
 use std::collections::BTreeMap;

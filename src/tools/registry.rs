@@ -66,14 +66,15 @@ pub struct Ask {
     pub person_only: bool,
 }
 
-/// The refusal `--yes` gives a call that only a person may approve.
+/// The refusal `--yes` gives a call that only a person may approve (the policy's reason
+/// already says why, and that `--yes` does not approve it).
 pub fn person_only_refusal(call: &ToolCall, reason: &str) -> Approval {
     Approval::Refused(
         format!(
-            "{} was not run: {reason}. --yes never approves this; a person can approve the call \
-             in the console or through /v1/approvals, or allow it with a rule that names the \
-             path (policy.allow). Continue without it, or tell the user what you wanted to do \
-             and why.",
+            "{} was not run: {reason}. A person can approve the call in the console or through \
+             /v1/approvals, or allow it with a rule that names the path or the command \
+             (policy.allow). Continue without it, or tell the user what you wanted to do and \
+             why.",
             call.name
         ),
         Status::NeedsApproval,

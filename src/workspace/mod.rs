@@ -476,7 +476,9 @@ impl Workspace {
         self.sensitive_rel(&p.rel, is_dir)
     }
 
-    /// Like [`Workspace::sensitive_match`] for any relative path (a command's argument).
+    /// Like [`Workspace::sensitive_match`] for any relative path: one inside the workspace, or
+    /// the path of a file outside it taken from `/` (a command's argument; the patterns without
+    /// a `/` in the middle match at any depth there too).
     pub fn sensitive_rel(&self, rel: &Path, is_dir: bool) -> Option<String> {
         let folded = names::fold_path(rel, &self.sensitive_names);
         if folded.as_os_str().is_empty() {
@@ -486,6 +488,16 @@ impl Workspace {
             ignore::Match::Ignore(glob) => Some(glob.original().to_string()),
             _ => None,
         }
+    }
+
+    /// The user's home folder (`HOME`), for `~` in paths.
+    pub fn home(&self) -> Option<&Path> {
+        self.home.as_deref()
+    }
+
+    /// The root as it was given, when it differs from the canonical one.
+    pub fn alias(&self) -> Option<&Path> {
+        self.alias.as_deref()
     }
 
     /// Like [`Workspace::sensitive_match`] for a relative path found by a walk.

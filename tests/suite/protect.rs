@@ -64,24 +64,31 @@ fn cmd(c: &str) -> (&'static str, Value) {
 /// itself replaced by a link. Run with the default policy and with `--yes`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_planted_by_commands_are_never_written_through() {
+    // The protected names go through a variable, as a command could write them, so that the
+    // policy (which refuses the literal spellings under --yes) does not stop them first: the
+    // layers behind it are what this tests.
     let shapes = [
-        ("link as .git/config", "cp -sf @TOP@/canary.txt .git/config"),
+        (
+            "link as .git/config",
+            "g=.git; cp -sf @TOP@/canary.txt $g/config",
+        ),
         (
             "link as .git/config (ln)",
-            "ln -sf @TOP@/canary.txt .git/config",
+            "g=.git; ln -sf @TOP@/canary.txt $g/config",
         ),
         (
             "link as .git/hooks",
-            "rm -rf .git/hooks && ln -s @TOP@/outside .git/hooks",
+            "g=.git; rm -rf $g/hooks && ln -s @TOP@/outside $g/hooks",
         ),
         (
             "link inside .git/hooks",
-            "ln -s @TOP@/canary.txt .git/hooks/pre-commit; ln -sf @TOP@/canary.txt .git/hooks/pre-commit.sample",
+            "g=.git; ln -s @TOP@/canary.txt $g/hooks/pre-commit; ln -sf @TOP@/canary.txt $g/hooks/pre-commit.sample",
         ),
         (
             ".git replaced by a link",
-            "mv .git .git-moved && ln -s @TOP@/outside .git",
+            "g=.git; mv $g $g-moved && ln -s @TOP@/outside $g",
         ),
+        ("literal spelling", "cp -sf @TOP@/canary.txt .git/config"),
     ];
     for (yes, no_ns) in [(false, false), (true, false), (true, true)] {
         for (what, line) in shapes {
@@ -176,7 +183,7 @@ async fn yes_does_not_approve_writing_protected_paths() {
             continue;
         }
         assert!(
-            out[i].contains("needs a person's approval") && out[i].contains("--yes never approves"),
+            out[i].contains("needs a person's approval") && out[i].contains("--yes"),
             "{p}: {}",
             out[i]
         );
@@ -277,12 +284,18 @@ async fn a_person_can_approve_a_protected_write_under_yes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_cannot_plant_code_in_protected_paths() {
     let attack = "mkdir -p .git/x && cp -r .git/objects .git/refs .git/x/ && printf '[core]\\n\\tfsmonitor = \"touch PWNED\"\\n' | tee .git/x/config >/dev/null && printf 'x\\n' | tee .git/commondir >/dev/null";
+    // Each twice: as written (the policy refuses the protected names under --yes), and with
+    // the names through a variable (the sandbox and the guard stop them).
     let calls = [
         cmd(attack),
         cmd("mkdir -p .vscode && printf '{}' > .vscode/tasks.json"),
         cmd("mkdir -p sub && cd sub && git init -q && git config core.fsmonitor 'touch PWNED'"),
         cmd("printf 'touch PWNED' > .envrc; printf x > notes.txt"),
         cmd("printf '[core]\\n\\tfsmonitor = touch PWNED\\n' >> .git/config"),
+        cmd(&format!("g=.git; {}", attack.replace(".git", "$g"))),
+        cmd("v=.vscode; mkdir -p $v && printf '{}' > $v/tasks.json"),
+        cmd("e=.envrc; printf 'touch PWNED' > $e; printf x > notes.txt"),
+        cmd("g=.git; printf '[core]\\n\\tfsmonitor = touch PWNED\\n' >> $g/config"),
     ];
     for no_ns in [false, true] {
         let s = TestServer::builder()
@@ -316,10 +329,18 @@ async fn commands_cannot_plant_code_in_protected_paths() {
         for (i, o) in out.iter().enumerate() {
             let told = o.contains("[Protected paths: toolpilot");
             let refused = o.contains("Read-only file system");
+            let not_run = o.starts_with("run_terminal_command was not run")
+                && o.contains("only a person can approve this");
             assert!(
-                told || (refused && !no_ns),
+                told || not_run || (refused && !no_ns),
                 "call {i} (no namespaces: {no_ns}): {o}"
             );
+            if i >= 5 {
+                assert!(
+                    !not_run,
+                    "call {i}: the disguised form got past the policy: {o}"
+                );
+            }
         }
         assert!(!s.ws.join("PWNED").exists());
         // git still works in the workspace.
@@ -393,7 +414,7 @@ async fn a_background_job_cannot_leave_a_hook_behind() {
         .tweak(|c| c.terminal.no_namespaces = true)
         .script(json!({"rounds": [
             {"tool_calls": [{"id": "c1", "name": "run_terminal_command", "arguments": {
-                "command": "printf '#!/bin/sh\\ntouch PWNED\\n' > .git/hooks/post-checkout; sleep 1",
+                "command": "g=.git; printf '#!/bin/sh\\ntouch PWNED\\n' > $g/hooks/post-checkout; sleep 1",
                 "waitForCompletion": false}}]},
             {"text": "started"},
             {"tool_calls": [{"id": "c2", "name": "check_background_job", "arguments": {"job_id": "job-1"}}]},

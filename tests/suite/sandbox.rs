@@ -176,10 +176,12 @@ async fn protected_paths_are_read_only_for_commands() {
         .file("notes/keep.txt", "keep\n")
         .file("other.txt", "other\n")
         .script(commands(&[
-            "echo x > .git/config",
-            "touch .git/hooks/pre-commit",
-            "mv .git/config moved",
-            "rm -rf .git",
+            // Through a variable, as a command could, so that the policy does not see the
+            // protected path and the kernel's layer is what refuses.
+            "g=.git; echo x > $g/config",
+            "g=.git; touch $g/hooks/pre-commit",
+            "g=.git; mv $g/config moved",
+            "g=.git; rm -rf $g",
             "echo y > notes/keep.txt; rm notes/keep.txt; mv notes/keep.txt gone.txt",
             "echo ok > other.txt && echo new > notes/new.txt && mkdir -p made/deep && \
              echo z > made/deep/f && cat other.txt notes/new.txt made/deep/f",
@@ -237,9 +239,11 @@ async fn commands_cannot_read_credentials_or_the_state_folder() {
         .env("HOME", home.to_str().unwrap())
         .file("README.md", "# project\n")
         .script(commands(&[
-            "cat @TOP@/home/.ssh/id_rsa",
-            "HOME=@TOP@/home; cat ~/.aws/credentials; base64 ~/.aws/credentials",
-            "cat @TOP@/state/planted.txt; cat @TOP@/state/*/*/*.json 2>&1 | head -3",
+            // Through variables, as a command could, so that the policy does not see the
+            // secret's name and the sandbox is what refuses.
+            "d=@TOP@/home/.ssh; k=id_rsa; cat $d/$k",
+            "HOME=@TOP@/home; a=.aws; cat ~/$a/credentials; base64 ~/$a/credentials",
+            "cat @TOP@/state/planted.txt; j=json; cat @TOP@/state/*/*/*.$j 2>&1 | head -3",
             "cat @TOP@/home/notes.txt README.md && head -c 4 /usr/bin/env | wc -c && ls -a @TOP@/home",
             "echo made > $TMPDIR/t && cat $TMPDIR/t && echo cached > $XDG_CACHE_HOME/c && cat $XDG_CACHE_HOME/c",
         ]))
@@ -358,8 +362,8 @@ async fn an_unprivileged_server_gets_the_same_protections_through_a_user_namespa
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = socket.local_addr().unwrap().port();
     let mock = extra_mock(commands(&[
-        "id -u; echo x > .git/config",
-        &format!("cat {}", top.join("home/.ssh/id_rsa").display()),
+        "id -u; g=.git; echo x > $g/config",
+        &format!("d={}; k=id_rsa; cat $d/$k", top.join("home/.ssh").display()),
         &format!("bash -c 'echo datagram > /dev/udp/127.0.0.1/{port}'"),
     ]))
     .await;

@@ -272,6 +272,8 @@ async fn the_sandbox_confines_writes_and_network() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
+    // The hook is written through a variable: the policy asks about a protected path it can
+    // name even under --yes, so this reaches the git guard only because the name is hidden.
     let s = TestServer::builder()
         .yes()
         .file("ok.txt", "ok\n")
@@ -280,7 +282,7 @@ async fn the_sandbox_confines_writes_and_network() {
             {"id": "tmp", "name": "run_terminal_command", "arguments": {"command": "touch /tmp/toolpilot-escape-test-file; echo made > $TMPDIR/ok && cat $TMPDIR/ok"}},
             {"id": "in", "name": "run_terminal_command", "arguments": {"command": "echo inside > inside.txt && cat inside.txt"}},
             {"id": "net", "name": "run_terminal_command", "arguments": {"command": format!("curl -sS --max-time 5 http://127.0.0.1:{port}/")}},
-            {"id": "hook", "name": "run_terminal_command", "arguments": {"command": "mkdir -p .git/hooks && echo 'echo pwned' > .git/hooks/pre-commit"}}
+            {"id": "hook", "name": "run_terminal_command", "arguments": {"command": "d=.git/hooks; mkdir -p $d && echo 'echo pwned' > $d/pre-commit"}}
         ]}, {"text": "done"}]}))
         .start()
         .await;
@@ -451,11 +453,11 @@ async fn policy_check_over_http_and_on_the_command_line() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.starts_with("deny: `sudo reboot`: privilege escalation"),
+        text.starts_with("deny [privilege]: `sudo reboot`: privilege escalation"),
         "{text}"
     );
     assert!(
-        text.contains("allow ls") && text.contains("allow wc -l"),
+        text.contains("allow read_only   ls ") && text.contains("allow read_only   wc -l "),
         "{text}"
     );
 }
