@@ -444,3 +444,53 @@ async fn a_background_job_cannot_leave_a_hook_behind() {
         "{report}"
     );
 }
+
+/// A saved "always allow" rule that does not name a protected path (here one saved by an older
+/// version, without the leading `/`) does not approve writing it: protected paths are checked
+/// before saved rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_rule_wider_than_a_protected_path_does_not_approve_it() {
+    let first = TestServer::builder().start().await;
+    let dir = first.dir.clone();
+    drop(first);
+    let folders: Vec<_> = std::fs::read_dir(dir.path().join("state/workspaces"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(folders.len(), 1);
+    std::fs::write(
+        folders[0].path().join("approved-rules.toml"),
+        "allow = [\"create_new_file(pre-commit)\", \"create_new_file(**)\", \"single_find_and_replace(config)\"]\n",
+    )
+    .unwrap();
+    let calls = [
+        (
+            "create_new_file",
+            json!({"filepath": ".git/hooks/pre-commit", "contents": "#!/bin/sh\n"}),
+        ),
+        (
+            "single_find_and_replace",
+            json!({"filepath": ".git/config", "old_string": "ORIGINAL", "new_string": "CHANGED"}),
+        ),
+        (
+            "create_new_file",
+            json!({"filepath": "notes/pre-commit", "contents": "ok\n"}),
+        ),
+    ];
+    let s = TestServer::builder()
+        .yes()
+        .reuse_dir(dir)
+        .file(".git/config", "ORIGINAL\n")
+        .script(calls_script(&calls))
+        .start()
+        .await;
+    let out = send_and_collect(&s, ask("go"), calls.len()).await;
+    assert!(out[0].contains("needs a person's approval"), "{}", out[0]);
+    assert!(out[1].contains("needs a person's approval"), "{}", out[1]);
+    assert!(!s.path(".git/hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(s.path(".git/config")).unwrap(),
+        "ORIGINAL\n"
+    );
+    assert!(s.path("notes/pre-commit").exists(), "{}", out[2]);
+}
