@@ -1657,6 +1657,14 @@ mod tests {
             c.sensitive_files.len(),
             crate::workspace::DEFAULT_SENSITIVE.len()
         );
+        // The example's protected paths are the defaults, so a copied example protects as much.
+        assert_eq!(
+            c.policy.protected,
+            crate::policy::DEFAULT_PROTECTED
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+        );
         // The example's deny_read is the default list (plus the state folder).
         let defaults = load("", &[], CommonArgs::default()).unwrap();
         assert_eq!(c.terminal.deny_read, defaults.terminal.deny_read);
