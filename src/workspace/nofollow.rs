@@ -99,8 +99,8 @@ fn describe(kind: FileType) -> &'static str {
     }
 }
 
-fn read_fd(fd: &OwnedFd, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let st = rfs::fstat(fd).map_err(io::Error::from)?;
+fn read_fd(fd: OwnedFd, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let st = rfs::fstat(&fd).map_err(io::Error::from)?;
     let kind = FileType::from_raw_mode(st.st_mode);
     if kind != FileType::RegularFile {
         return Err(ReadError::NotRegular(describe(kind)));
@@ -109,18 +109,14 @@ fn read_fd(fd: &OwnedFd, limit: u64) -> Result<Vec<u8>, ReadError> {
     if size > limit {
         return Err(ReadError::TooLarge { size, limit });
     }
-    let mut buf = vec![0u8; size as usize];
-    let mut got = 0;
-    while got < buf.len() {
-        match rustix::io::read(fd, &mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(Errno::INTR) => {}
-            Err(e) => return Err(io::Error::from(e).into()),
-        }
-    }
-    buf.truncate(got);
-    Ok(buf)
+    crate::bounded::read_to_end(std::fs::File::from(fd), limit).map_err(|e| match e {
+        crate::bounded::CappedError::Io(e) => ReadError::Io(e),
+        // It grew past the limit while it was read.
+        _ => ReadError::TooLarge {
+            size: limit + 1,
+            limit,
+        },
+    })
 }
 
 fn open_error(e: io::Error) -> ReadError {
@@ -136,7 +132,7 @@ fn open_error(e: io::Error) -> ReadError {
 /// Reads the regular file `rel` beneath `dir` (at most `limit` bytes), following no link.
 pub fn read_beneath(dir: impl AsFd, rel: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     let fd = open_beneath(dir, rel, OFlags::RDONLY | OFlags::NONBLOCK).map_err(open_error)?;
-    read_fd(&fd, limit)
+    read_fd(fd, limit)
 }
 
 /// Reads the regular file `name` in `dir` (at most `limit` bytes), not following a link.
@@ -148,7 +144,7 @@ pub fn read_at(dir: impl AsFd, name: &OsStr, limit: u64) -> Result<Vec<u8>, Read
         Mode::empty(),
     )
     .map_err(|e| open_error(e.into()))?;
-    read_fd(&fd, limit)
+    read_fd(fd, limit)
 }
 
 /// The entries of the folder `rel` beneath `dir` (not `.` and `..`), with what they are,

@@ -255,20 +255,7 @@ async fn a_person_can_approve_a_protected_write_under_yes() {
         .await;
     let remote = s.client_clone();
     let run = tokio::spawn(async move { remote.chat(ask("go")).await });
-    let mut id = String::new();
-    for _ in 0..400 {
-        let list = s.get("/v1/approvals").await.body;
-        if let Some(a) = list["data"].as_array().and_then(|a| a.first()) {
-            id = a["id"].as_str().unwrap_or_default().to_string();
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    assert!(!id.is_empty(), "the call never waited for a person");
-    let r = s
-        .post_raw(&format!("/v1/approvals/{id}"), r#"{"decision":"approve"}"#)
-        .await;
-    assert_eq!(r.status, 200, "{}", r.text);
+    approve_pending(&s).await;
     let reply = run.await.unwrap();
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!(
