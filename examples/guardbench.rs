@@ -50,7 +50,8 @@ fn main() -> Result<(), String> {
         capture.push(t.elapsed());
         found = g.len();
         let t = Instant::now();
-        let report = g.finish(&protected);
+        let quarantine = std::env::temp_dir().join("toolpilot-guardbench-quarantine");
+        let report = g.finish(&protected, &[], &quarantine);
         finish.push(t.elapsed());
         if !report.removed.is_empty() || !report.restored.is_empty() {
             return Err(format!(

@@ -84,6 +84,8 @@ pub struct Report {
     pub kept: Vec<String>,
     /// Why the check did not cover everything.
     pub incomplete: Option<String>,
+    /// Where what was taken away or replaced is kept, if anything was.
+    pub quarantine: Option<PathBuf>,
 }
 
 impl Report {
@@ -124,8 +126,16 @@ impl Report {
                 "\n[Protected paths: toolpilot {}. Commands that a person did not approve may not \
                  create or change protected paths (git control files, hooks, editor and agent \
                  settings: policy.protected), because what they hold runs later outside any \
-                 sandbox. If the change is needed, tell the user what to change and why.]",
-                did.join(" and ")
+                 sandbox. If the change is needed, tell the user what to change and why.{}]",
+                did.join(" and "),
+                self.quarantine
+                    .as_ref()
+                    .map(|q| format!(
+                        " What was taken away or replaced is kept in {} (in case a person made \
+                         it meanwhile).",
+                        q.display()
+                    ))
+                    .unwrap_or_default()
             ));
         }
         if !self.kept.is_empty() {
@@ -387,6 +397,118 @@ fn make_parents(root_fd: &OwnedFd, rel: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The folder where entries taken out of the workspace are kept. It is in the state folder,
+/// which commands can neither read nor write, so plain paths are used there.
+struct Stash<'a> {
+    dir: &'a Path,
+    used: bool,
+}
+
+/// The most bytes copied into the quarantine when an entry cannot simply be moved there (the
+/// state folder on another file system).
+const MAX_STASH_COPY: u64 = 64 << 20;
+
+impl<'a> Stash<'a> {
+    fn new(dir: &'a Path) -> Stash<'a> {
+        Stash { dir, used: false }
+    }
+
+    fn used(&self) -> bool {
+        self.used
+    }
+
+    /// Moves the entry at `rel` (beneath `root`, through no link) into the quarantine under
+    /// the same relative path; where a move cannot cross file systems, copies what it can and
+    /// removes the entry. An error says why the entry was left in place.
+    fn take(&mut self, root: &OwnedFd, rel: &Path) -> Result<(), String> {
+        let name = rel.file_name().unwrap_or_default();
+        let parent = open_parent(root, rel)
+            .map_err(|e| format!("cannot open its folder without following a link: {e}"))?;
+        let dest = self.dir.join(rel);
+        let dest_parent = dest.parent().unwrap_or(self.dir);
+        std::fs::create_dir_all(dest_parent)
+            .map_err(|e| format!("cannot create {}: {e}", dest_parent.display()))?;
+        // A name taken by an earlier entry of the same command gets a suffix.
+        let mut dest_name = name.to_os_string();
+        let mut n = 1;
+        while dest_parent.join(&dest_name).symlink_metadata().is_ok() {
+            n += 1;
+            dest_name = format!("{}.{n}", name.to_string_lossy()).into();
+        }
+        let dest_dir = rfs::open(
+            dest_parent,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open {}: {e}", dest_parent.display()))?;
+        match rfs::renameat(&parent, name, &dest_dir, dest_name.as_os_str()) {
+            Ok(()) => {
+                self.used = true;
+                Ok(())
+            }
+            Err(Errno::XDEV) => {
+                let mut budget = MAX_STASH_COPY;
+                copy_out(&parent, name, &dest_dir, &dest_name, &mut budget);
+                self.used = true;
+                remove_at(&parent, name).map_err(|e| format!("cannot remove it: {e}"))
+            }
+            Err(e) => Err(format!("cannot move it aside: {e}")),
+        }
+    }
+}
+
+/// Copies the entry `name` of `from` into `to` as `as_name`, following no link, within
+/// `budget` bytes (what does not fit is left out).
+fn copy_out(
+    from: &OwnedFd,
+    name: &std::ffi::OsStr,
+    to: &OwnedFd,
+    as_name: &std::ffi::OsStr,
+    budget: &mut u64,
+) {
+    let Ok(st) = rfs::statat(from, name, AtFlags::SYMLINK_NOFOLLOW) else {
+        return;
+    };
+    match kind_of(st.st_mode) {
+        Kind::File => {
+            let Ok(bytes) = read_at(from, name, *budget) else {
+                return;
+            };
+            *budget -= bytes.len() as u64;
+            if let Ok(fd) = rfs::openat(
+                to,
+                as_name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            ) {
+                let _ = std::io::Write::write_all(&mut std::fs::File::from(fd), &bytes);
+            }
+        }
+        Kind::Link => {
+            if let Ok(target) = rfs::readlinkat(from, name, Vec::new()) {
+                let _ = rfs::symlinkat(target.as_c_str(), to, as_name);
+            }
+        }
+        Kind::Dir => {
+            let (Ok(src), Ok(())) = (
+                open_dir_at(from, name),
+                rfs::mkdirat(to, as_name, Mode::from_raw_mode(0o700)).map_err(|_| ()),
+            ) else {
+                return;
+            };
+            let Ok(dst) = open_dir_at(to, as_name) else {
+                return;
+            };
+            if let Ok(entries) = crate::workspace::nofollow::list_fd(&src) {
+                for (n, _) in entries {
+                    copy_out(&src, &n, &dst, &n, budget);
+                }
+            }
+        }
+        Kind::Other => {}
+    }
+}
+
 impl Guard {
     /// Scans the workspace at `root` for protected entries.
     pub fn capture(root: &Path, protected: &Protected) -> std::io::Result<Guard> {
@@ -429,8 +551,12 @@ impl Guard {
     }
 
     /// After a command a person did not approve: puts back every held entry it changed or
-    /// deleted, and removes the protected entries it created.
-    pub fn finish(&self, protected: &Protected) -> Report {
+    /// deleted, and takes away the protected entries it created. Nothing is destroyed: a
+    /// changed version and a created entry are moved into `quarantine` (made when first
+    /// needed), since a person may have made them meanwhile. `bound` (workspace-relative) are
+    /// the paths the command had read-only: a change there cannot be the command's, so it is
+    /// left alone.
+    pub fn finish(&self, protected: &Protected, bound: &[PathBuf], quarantine: &Path) -> Report {
         let after = scan(&self.root_fd, protected);
         let mut report = Report {
             incomplete: self
@@ -440,8 +566,10 @@ impl Guard {
                 .or_else(|| after.incomplete.clone()),
             ..Report::default()
         };
+        let held_by_kernel = |rel: &Path| bound.iter().any(|b| rel.starts_with(b));
+        let mut stash = Stash::new(quarantine);
         for (rel, b) in &self.before.entries {
-            if !b.held {
+            if !b.held || held_by_kernel(rel) {
                 continue;
             }
             let a = after.entries.get(rel);
@@ -455,6 +583,15 @@ impl Guard {
                 continue;
             }
             let shown = rel.display().to_string();
+            // A changed file is kept aside (a folder that is still a folder stays: its entries
+            // are looked at one by one).
+            let keep_aside = a.is_some_and(|a| !(a.kind == Kind::Dir && b.kind == Kind::Dir));
+            if keep_aside {
+                if let Err(why) = stash.take(&self.root_fd, rel) {
+                    report.kept.push(format!("{shown} ({why})"));
+                    continue;
+                }
+            }
             match self.put_back(rel, b) {
                 Ok(()) => report.restored.push(shown),
                 Err(why) => report.kept.push(format!("{shown} ({why})")),
@@ -462,23 +599,22 @@ impl Guard {
         }
         let mut removed: Vec<&PathBuf> = Vec::new();
         for (rel, a) in &after.entries {
-            if self.before.entries.contains_key(rel) || !a.held {
+            if self.before.entries.contains_key(rel) || !a.held || held_by_kernel(rel) {
                 continue;
             }
             if removed.iter().any(|r| rel.starts_with(r)) {
                 continue;
             }
             let shown = rel.display().to_string();
-            let result = open_parent(&self.root_fd, rel)
-                .and_then(|dir| remove_at(&dir, rel.file_name().unwrap_or_default()));
-            match result {
+            match stash.take(&self.root_fd, rel) {
                 Ok(()) => {
                     removed.push(rel);
                     report.removed.push(shown);
                 }
-                Err(e) => report.kept.push(format!("{shown} (cannot remove it: {e})")),
+                Err(why) => report.kept.push(format!("{shown} ({why})")),
             }
         }
+        report.quarantine = stash.used().then(|| quarantine.to_path_buf());
         report
     }
 
@@ -695,7 +831,8 @@ mod tests {
         std::fs::write(ws.join(".vscode/tasks.json"), "{}").unwrap();
         std::fs::write(ws.join(".envrc"), "touch x").unwrap();
         std::fs::write(ws.join("src/b.rs"), "ok").unwrap();
-        let r = g.finish(&p);
+        let q = tmp.path().join("quarantine");
+        let r = g.finish(&p, &[], &q);
         assert_eq!(r.restored, [".git/config"]);
         assert_eq!(
             r.removed,
@@ -734,7 +871,23 @@ mod tests {
             std::fs::read_to_string(tmp.path().join("canary")).unwrap(),
             "CANARY"
         );
-        assert!(g.finish(&p).is_empty());
+        assert!(g.finish(&p, &[], &q).is_empty());
+        // Nothing was destroyed: the changed config and the created entries are in the
+        // quarantine.
+        assert!(
+            std::fs::read_to_string(q.join(".git/config"))
+                .unwrap()
+                .contains("fsmonitor")
+        );
+        assert_eq!(
+            std::fs::read_to_string(q.join(".vscode/tasks.json")).unwrap(),
+            "{}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(q.join(".envrc")).unwrap(),
+            "touch x"
+        );
+        assert_eq!(r.quarantine.as_deref(), Some(q.as_path()));
     }
 
     #[test]
@@ -773,7 +926,7 @@ mod tests {
                     symlink(&outside, ws.join(".git")).unwrap();
                 }
             }
-            let r = g.finish(&p);
+            let r = g.finish(&p, &[], &tmp.path().join("q"));
             assert_eq!(
                 std::fs::read_to_string(tmp.path().join("canary")).unwrap(),
                 "CANARY",
@@ -815,10 +968,24 @@ mod tests {
         let p = protected();
         let g = Guard::capture(&ws, &p).unwrap();
         for _ in 0..3 {
-            let r = g.finish(&p);
+            let r = g.finish(&p, &[], &_tmp.path().join("q"));
             assert!(r.is_empty(), "{r:?}");
             assert_eq!(scan(&g.root_fd, &p).entries.len(), g.len());
         }
+    }
+
+    #[test]
+    fn what_the_kernel_held_read_only_is_left_alone() {
+        let (tmp, ws) = repo();
+        let p = protected();
+        let g = Guard::capture(&ws, &p).unwrap();
+        // Changed from outside the command's namespace (a person): not the command's doing.
+        std::fs::write(ws.join(".git/config"), "[user]\n\tname = me\n").unwrap();
+        std::fs::write(ws.join(".git/hooks/pre-push"), "mine").unwrap();
+        let r = g.finish(&p, &[PathBuf::from(".git")], &tmp.path().join("q"));
+        assert!(r.is_empty(), "{r:?}");
+        assert!(ws.join(".git/hooks/pre-push").exists());
+        assert!(!tmp.path().join("q").exists());
     }
 
     #[test]

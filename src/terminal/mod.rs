@@ -157,6 +157,33 @@ impl Terminal {
         self.state.join("cache")
     }
 
+    /// Where the protected-path guard keeps what it takes away after one command (created only
+    /// when something is put there; in the state folder, which commands cannot reach).
+    pub fn quarantine_dir(&self, run_id: &str) -> PathBuf {
+        self.state
+            .join("quarantine")
+            .join(format!("{run_id}-{:08x}", fastrand::u32(..)))
+    }
+
+    /// The paths a command's sandbox report says were read-only, relative to the workspace.
+    pub fn bound_paths(report: Option<&sandbox::Report>, workspace: &Path) -> Vec<PathBuf> {
+        let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+        report
+            .map(|r| {
+                r.readonly
+                    .iter()
+                    .filter_map(|p| Path::new(p).strip_prefix(&root).ok().map(Path::to_path_buf))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The sandbox report of a command whose temporary folder is `tmp` (read before the folder
+    /// is removed).
+    pub fn read_report(tmp: &Path) -> Option<sandbox::Report> {
+        sandbox::Report::read(&report_path(tmp))
+    }
+
     /// A fresh private temporary folder for one command. Remove it with
     /// [`Terminal::remove_temp_dir`] when the command is over.
     pub fn temp_dir(&self) -> std::io::Result<PathBuf> {

@@ -104,10 +104,12 @@ fn readonly_for(
 
 /// After a command: puts protected paths back (`held`), or records a person-approved
 /// command's changes to them in the checkpoint. Returns the note for the model.
-fn settle_guard(env: &ToolEnv, guard: &Guard, held: bool) -> String {
+/// `bound`: what the command had read-only (from its sandbox report).
+fn settle_guard(env: &ToolEnv, guard: &Guard, held: bool, bound: &[std::path::PathBuf]) -> String {
     let protected = &env.terminal.protected;
     if held {
-        let report = guard.finish(protected);
+        let quarantine = env.terminal.quarantine_dir(&env.run_id);
+        let report = guard.finish(protected, bound, &quarantine);
         if !report.is_empty() {
             tracing::warn!(removed = ?report.removed, restored = ?report.restored, kept = ?report.kept, "a command touched protected paths");
         }
@@ -264,7 +266,7 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
     drop(running);
     Terminal::remove_temp_dir(&tmp);
     let guard_note = match &guard {
-        Ok(g) => settle_guard(env, g, held),
+        Ok(g) => settle_guard(env, g, held, &Terminal::bound_paths(report.as_ref(), &root)),
         Err(e) => Report {
             incomplete: Some(e.clone()),
             ..Report::default()
@@ -369,15 +371,17 @@ async fn background(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
     let running = exec::start(&req)
         .map_err(|e| ToolError::Failed(format!("cannot start the command ({e})")))?;
     let end_env = env.clone();
+    let end_root = root.clone();
     let job = term.jobs.spawn(
         command,
         &env.run_id,
         running,
         term.config.job_timeout,
         move || {
+            let bound = Terminal::bound_paths(Terminal::read_report(&tmp).as_ref(), &end_root);
             Terminal::remove_temp_dir(&tmp);
             let note = match &guard {
-                Ok(g) => settle_guard(&end_env, g, held),
+                Ok(g) => settle_guard(&end_env, g, held, &bound),
                 Err(e) => Report {
                     incomplete: Some(e.clone()),
                     ..Report::default()

@@ -481,3 +481,49 @@ async fn a_saved_rule_wider_than_a_protected_path_does_not_approve_it() {
     );
     assert!(s.path("notes/pre-commit").exists(), "{}", out[2]);
 }
+
+/// A person editing a protected file while a command runs loses nothing: with a mount
+/// namespace the command could not have made the change, so it stays; without one, the file is
+/// put back and the person's version is kept in the quarantine the result names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_edit_during_a_command_is_never_lost() {
+    for no_ns in [false, true] {
+        let s = TestServer::builder()
+            .yes()
+            .tweak(move |c| c.terminal.no_namespaces = no_ns)
+            .file(".vscode/settings.json", "{\"before\": 1}\n")
+            .script(calls_script(&[cmd(
+                "touch started; while [ ! -f go ]; do sleep 0.05; done; echo done",
+            )]))
+            .start()
+            .await;
+        let remote = s.client_clone();
+        let run = tokio::spawn(async move { remote.chat(ask("go")).await });
+        assert!(
+            eventually(|| s.path("started").exists()).await,
+            "the command did not start"
+        );
+        // The person's edit, from outside the command.
+        std::fs::write(s.path(".vscode/settings.json"), "{\"mine\": 2}\n").unwrap();
+        std::fs::write(s.path("go"), "").unwrap();
+        assert_eq!(run.await.unwrap().status, 200);
+        let out = collected(&s, 1);
+        let now = std::fs::read_to_string(s.path(".vscode/settings.json")).unwrap();
+        if no_ns {
+            assert_eq!(now, "{\"before\": 1}\n", "{}", out[0]);
+            let kept = out[0]
+                .split("is kept in ")
+                .nth(1)
+                .and_then(|r| r.split(" (in case").next())
+                .unwrap_or_else(|| panic!("no quarantine named: {}", out[0]));
+            assert_eq!(
+                std::fs::read_to_string(std::path::Path::new(kept).join(".vscode/settings.json"))
+                    .unwrap(),
+                "{\"mine\": 2}\n"
+            );
+        } else {
+            assert_eq!(now, "{\"mine\": 2}\n", "{}", out[0]);
+            assert!(!out[0].contains("Protected paths: toolpilot"), "{}", out[0]);
+        }
+    }
+}
