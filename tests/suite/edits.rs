@@ -330,8 +330,25 @@ async fn edit_existing_file_expands_placeholders_in_several_languages() {
     let r = results(&s, 3).await;
     for (i, x) in r.iter().enumerate() {
         assert!(x.starts_with("Edited "), "{i}: {x}");
-        assert!(x.contains("expanded the placeholders"), "{i}: {x}");
     }
+    // Rust and Python are placed by their syntax tree, HTML line by line.
+    assert!(
+        r[0].contains("placed `changes` by the Rust syntax tree"),
+        "{}",
+        r[0]
+    );
+    assert!(
+        r[0].contains("line 1 of `changes` kept lines 1–5: use std::io;, a"),
+        "{}",
+        r[0]
+    );
+    assert!(
+        r[1].contains("placed `changes` by the Python syntax tree"),
+        "{}",
+        r[1]
+    );
+    assert!(r[1].contains("in `Greeter`: added `bye`"), "{}", r[1]);
+    assert!(r[2].contains("expanded the placeholders"), "{}", r[2]);
     assert_eq!(
         read(&s, "a.rs"),
         rs.replace("println!(\"b\")", "println!(\"B!\")")
