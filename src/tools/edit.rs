@@ -544,8 +544,11 @@ fn blocks_compute(args: &Args) -> Result<Compute, ToolError> {
         }
     };
     let mut all = Vec::new();
+    let mut skipped = Vec::new();
     for (i, d) in diffs.iter().enumerate() {
-        all.extend(blocks::parse(d, i).map_err(ToolError::InvalidArguments)?);
+        let parsed = blocks::parse(d, i).map_err(ToolError::InvalidArguments)?;
+        all.extend(parsed.blocks);
+        skipped.extend(parsed.skipped);
     }
     Ok(Box::new(move |text: &str| {
         let mut cur = text.to_string();
@@ -565,10 +568,20 @@ fn blocks_compute(args: &Args) -> Result<Compute, ToolError> {
             ));
             cur = r.text;
         }
+        let skip = match skipped.len() {
+            0 => String::new(),
+            1 => " (1 unfinished block was skipped)".to_string(),
+            n => format!(" ({n} unfinished blocks were skipped)"),
+        };
         Ok(Change {
-            headline: format!("applied {} blocks: {}.", all.len(), parts.join("; ")),
+            headline: format!(
+                "applied {} block{}{skip}: {}.",
+                all.len(),
+                if all.len() == 1 { "" } else { "s" },
+                parts.join("; ")
+            ),
             text: cur,
-            details: Vec::new(),
+            details: skipped,
         })
     }))
 }

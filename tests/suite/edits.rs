@@ -226,6 +226,43 @@ async fn search_and_replace_blocks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_markers_are_exact_and_unfinished_blocks_are_skipped() {
+    let file = "a = 1\nb = 2\n";
+    let sr = |diff: &str| json!({"name": "search_and_replace_in_file", "arguments": {"filepath": "v.py", "diffs": [diff]}});
+    let s = edit_server(
+        &[("v.py", file.as_bytes())],
+        vec![
+            sr("-------SEARCH\na = 1\n=======\na = 9\n+++++++ REPLACE"),
+            sr("------- SEARCH\na = 1\n======= \na = 9\n+++++++ REPLACE"),
+            sr("------- SEARCH\na = 1\n------- SEARCH\nb = 2\n=======\nb = 3\n+++++++ REPLACE"),
+        ],
+    )
+    .await;
+    let r = results(&s, 3).await;
+    assert!(
+        r[0].contains(
+            "diffs[0] line 1: `-------SEARCH` is not a block marker; expected `------- SEARCH`"
+        ) && r[0].contains("the file is unchanged"),
+        "{}",
+        r[0]
+    );
+    assert!(
+        r[1].contains("diffs[0] line 3: `======= ` is not a block marker; expected `=======`"),
+        "{}",
+        r[1]
+    );
+    assert!(
+        r[2].starts_with("Edited v.py: applied 1 block (1 unfinished block was skipped)")
+            && r[2].contains(
+                "- diffs[0] lines 1-2: a block without its `+++++++ REPLACE` marker was skipped"
+            ),
+        "{}",
+        r[2]
+    );
+    assert_eq!(read(&s, "v.py"), "a = 1\nb = 3\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_new_file_makes_folders_and_never_overwrites() {
     let cnf = |p: &str, c: &str| json!({"name": "create_new_file", "arguments": {"filepath": p, "contents": c}});
     let s = edit_server(
