@@ -554,7 +554,12 @@ impl Builder<'_> {
                 let names: Vec<String> =
                     descendants_of_kind(d, &["variable_declarator", "var_spec", "const_spec"])
                         .into_iter()
-                        .filter_map(|v| field(v, "name"))
+                        .flat_map(|v| {
+                            let mut c = v.walk();
+                            v.children_by_field_name("name", &mut c)
+                                .map(|n| self.text(n).to_string())
+                                .collect::<Vec<_>>()
+                        })
                         .collect();
                 (!names.is_empty()).then(|| names.join(", "))
             }
@@ -632,6 +637,11 @@ impl Builder<'_> {
             .checked_sub(1)
             .and_then(|i| body.child(i))
             .filter(|c| c.kind() == "}");
+        if close.is_some_and(|c| c.is_missing()) {
+            // An unclosed body (`impl S {` and no `}`): its end is a guess, so the item is
+            // placed line by line.
+            return None;
+        }
         let inner = match (open, close) {
             (Some(o), Some(c)) => {
                 let (a, b) = (
@@ -879,5 +889,159 @@ impl Md<'_> {
                 .map(Entry::Placeholder),
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The outline as lines: `label lines` per item (1-based, inclusive), members indented,
+    /// `...` for a placeholder.
+    fn show(path: &str, text: &str, role: Role) -> Vec<String> {
+        let syntax = Syntax::of(Path::new(path)).unwrap_or_else(|| panic!("{path}"));
+        let o = outline(syntax, text, role, Reading::AsIs).unwrap_or_else(|e| panic!("{e}"));
+        let lines = split_lines(text);
+        let mut out = Vec::new();
+        fn walk(entries: &[Entry], lines: &[&str], depth: usize, out: &mut Vec<String>) {
+            for e in entries {
+                let pad = "  ".repeat(depth);
+                match e {
+                    Entry::Placeholder(r) => out.push(format!("{pad}... {}", r + 1)),
+                    Entry::Unit(u) => {
+                        out.push(format!(
+                            "{pad}{} {}-{}",
+                            u.label(lines),
+                            u.lines.start + 1,
+                            u.lines.end
+                        ));
+                        if let Some(m) = u.members() {
+                            walk(m, lines, depth + 1, out);
+                        }
+                    }
+                }
+            }
+        }
+        walk(&o.entries, &lines, 0, &mut out);
+        out
+    }
+
+    #[track_caller]
+    fn check(path: &str, text: &str, role: Role, expected: &[&str]) {
+        assert_eq!(show(path, text, role), expected);
+    }
+
+    #[test]
+    fn rust_items_take_their_doc_comments_and_attributes() {
+        check(
+            "a.rs",
+            "use std::io;\n\n/// Doc.\n#[derive(Debug)]\npub struct A {\n    x: u32,\n}\n\nimpl fmt::Display for A {\n    fn fmt(&self) {}\n}\nconst X: u8 = 1; // one\n",
+            Role::File,
+            &[
+                "use std::io; 1-1",
+                "A 3-7",
+                "  x 6-6",
+                "impl fmt::Display for A 9-11",
+                "  fmt 10-10",
+                "X 12-12",
+            ],
+        );
+    }
+
+    #[test]
+    fn placeholders_are_comments_the_tree_confirms() {
+        check(
+            "a.ts",
+            "class C {\n  // ... existing code ...\n  m() { return \"// ... not this\"; }\n}\n",
+            Role::Changes,
+            &["C 1-4", "  ... 2", "  m 3-3"],
+        );
+        // A placeholder alone in a Python body still makes a function.
+        check(
+            "a.py",
+            "def f(x):\n    # ...\n\n# ... rest ...\n",
+            Role::Changes,
+            &["f 1-2", "... 4"],
+        );
+        // In the file, a comment saying `...` is just a comment.
+        check("a.py", "# ...\nx = 1\n", Role::File, &["x 1-2"]);
+    }
+
+    #[test]
+    fn names_in_every_language() {
+        check(
+            "a.go",
+            "package p\n\nimport \"fmt\"\n\ntype T struct {\n\tA int\n}\n\nvar x, y = 1, 2\n\nfunc (t *T) M() {}\n\nfunc F() {}\n",
+            Role::File,
+            &[
+                "package p 1-1",
+                "import \"fmt\" 3-3",
+                "T 5-7",
+                "  A 6-6",
+                "x, y 9-9",
+                "T.M 11-11",
+                "F 13-13",
+            ],
+        );
+        check(
+            "a.py",
+            "import os\n\n@dataclass\nclass P:\n    \"\"\"Doc.\"\"\"\n    x: int = 0\n\n    def m(self):\n        pass\n\nX = 1\n",
+            Role::File,
+            &[
+                "import os 1-1",
+                "P 3-9",
+                "  \"\"\"Doc.\"\"\" 5-5",
+                "  x 6-6",
+                "  m 8-9",
+                "X 11-11",
+            ],
+        );
+        check(
+            "a.js",
+            "import x from 'x';\n\nexport default class A extends B {\n  static n = 1;\n  get v() { return 1; }\n}\n\nexport const f = () => 1, g = 2;\nmodule.exports = { A };\n",
+            Role::File,
+            &[
+                "import x from 'x'; 1-1",
+                "A 3-6",
+                "  n 4-4",
+                "  v 5-5",
+                "f, g 8-8",
+                "module.exports = { A }; 9-9",
+            ],
+        );
+        check(
+            "a.java",
+            "package p;\n\npublic class A {\n    private int v = 0;\n\n    @Override\n    public String toString() { return \"\"; }\n}\n",
+            Role::File,
+            &["package p; 1-1", "A 3-8", "  v 4-4", "  toString 6-7"],
+        );
+        check(
+            "a.c",
+            "#include <stdio.h>\n#define N 3\n\nstruct s { int a; };\n\nstatic int f(void);\n\nint f(void) { return N; }\n",
+            Role::File,
+            &["#include <stdio.h> 1-1", "N 2-2", "s 4-4", "f 6-6", "f 8-8"],
+        );
+        check(
+            "a.md",
+            "---\ntitle: x\n---\n\nIntro.\n\n# A\n\n## A1\n\ntext\n\n# B\n\n```\n# code\n```\n",
+            Role::File,
+            &[
+                "(text) 1-5",
+                "# A 7-11",
+                "  ## A1 9-11",
+                "    (text) 11-11",
+                "# B 13-17",
+                "  (text) 15-17",
+            ],
+        );
+    }
+
+    #[test]
+    fn levels_the_tree_cannot_split_into_lines() {
+        let syntax = Syntax::of(Path::new("a.js")).unwrap_or(Syntax::Markdown);
+        let err = outline(syntax, "a(); b();\n", Role::File, Reading::AsIs).unwrap_err();
+        assert_eq!(err, "line 1 holds more than one item");
+        let err = outline(syntax, "function f( {\n", Role::File, Reading::AsIs).unwrap_err();
+        assert!(err.contains("syntax error at line 1"), "{err}");
     }
 }

@@ -104,6 +104,7 @@ pub fn place(syntax: Syntax, original: &str, changes: &str) -> Outcome {
             ph: &ch.ph,
             report: Vec::new(),
             within: Vec::new(),
+            nested: 0,
         };
         let blocks = match choose(&orig.entries, &ch.entries, &o_lines, &c_lines) {
             Choice::Root => cx.root(&orig.entries, &ch.entries),
@@ -250,14 +251,30 @@ enum Choice<'a> {
 /// The level `changes` belongs to: the top level when a named item matches there at least as
 /// often as in any container; else the one container whose members match most.
 fn choose<'a>(o: &'a [Entry], c: &[Entry], ol: &[&str], cl: &[&str]) -> Choice<'a> {
-    let c_keys: Vec<Key> = units_of(c)
-        .into_iter()
-        .filter(|u| named(u))
-        .map(key)
-        .collect();
+    let c_units: Vec<&Unit> = units_of(c).into_iter().filter(|u| named(u)).collect();
+    // Text before the first heading of `changes` is the same text as the file's only when
+    // they have a line in common.
     let overlap = |entries: &[Entry]| {
-        let keys: HashSet<Key> = units_of(entries).into_iter().map(key).collect();
-        c_keys.iter().filter(|k| keys.contains(k)).count()
+        let units = units_of(entries);
+        let keys: HashSet<Key> = units.iter().map(|u| key(u)).collect();
+        c_units
+            .iter()
+            .filter(|cu| match cu.cat {
+                Cat::Intro => units.iter().any(|ou| {
+                    ou.cat == Cat::Intro && {
+                        let lines: HashSet<&str> = ol[ou.lines.clone()]
+                            .iter()
+                            .map(|l| l.trim())
+                            .filter(|l| !l.is_empty())
+                            .collect();
+                        cl[cu.lines.clone()]
+                            .iter()
+                            .any(|l| lines.contains(l.trim()))
+                    }
+                }),
+                _ => keys.contains(&key(cu)),
+            })
+            .count()
     };
     let root = overlap(o);
     let mut best: Vec<&Unit> = Vec::new();
@@ -285,7 +302,7 @@ fn choose<'a>(o: &'a [Entry], c: &[Entry], ol: &[&str], cl: &[&str]) -> Choice<'
             let fits = |u: &Unit| {
                 texts.contains(&key(u)) || top.iter().any(|t| !named(t) && similar(t, u, ol, cl))
             };
-            if units_of(c).into_iter().any(fits) {
+            if units_of(c).into_iter().filter(|u| !named(u)).any(fits) {
                 Choice::Root
             } else {
                 Choice::None
@@ -337,6 +354,9 @@ struct Ctx<'a> {
     report: Vec<String>,
     /// The containers being placed in, innermost last, for the report.
     within: Vec<String>,
+    /// How many matched items deep the level being placed is (0: the level `changes` was
+    /// chosen for).
+    nested: usize,
 }
 
 fn blank(l: &str) -> bool {
@@ -555,7 +575,13 @@ impl Ctx<'_> {
             if let Some(Entry::Unit(cu)) = c.get(ce)
                 && k < pairs.len()
             {
-                blocks.push(self.replace(o[oe], cu)?);
+                // Text followed by a placeholder: the placeholder also stands for the rest of
+                // the old text.
+                let then = match c.get(ce + 1) {
+                    Some(Entry::Placeholder(r)) if cu.cat == Cat::Intro => Some(*r),
+                    _ => None,
+                };
+                blocks.push(self.replace(o[oe], cu, then)?);
                 (ci, oi) = (ce + 1, oe + 1);
             }
         }
@@ -662,6 +688,18 @@ impl Ctx<'_> {
                 }
             }
         }
+        // The text before a section's first subsection is the same text only when it shares a
+        // line with it, or when its section matched and no placeholder follows it (which
+        // would make it text added before the old text).
+        want.retain(|&(ci, oi)| {
+            let Some(cu) = unit(ci) else { return true };
+            if cu.cat != Cat::Intro {
+                return true;
+            }
+            let followed = matches!(c.get(ci + 1), Some(Entry::Placeholder(_)));
+            let shares = self.shares_line(o[oi], cu);
+            shares || (self.nested > 0 && !followed)
+        });
         want.sort_unstable();
         let kept = increasing(&want);
         if kept.len() < want.len() {
@@ -717,6 +755,18 @@ impl Ctx<'_> {
             pairs = increasing(&pairs);
         }
         Ok(pairs)
+    }
+
+    /// Whether two items have a non-blank line in common.
+    fn shares_line(&self, o: &Unit, c: &Unit) -> bool {
+        let lines: HashSet<&str> = self.o[o.lines.clone()]
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+            .collect();
+        self.c[c.lines.clone()]
+            .iter()
+            .any(|l| lines.contains(l.trim()))
     }
 
     /// One gap: the entries of `changes` and the file's items between two matched items.
@@ -861,7 +911,7 @@ impl Ctx<'_> {
 
     /// A matched item: its version in `changes`, with its members or body placed when that
     /// version holds placeholders or leaves members out.
-    fn replace(&mut self, o: &Unit, c: &Unit) -> Result<Block, Undecided> {
+    fn replace(&mut self, o: &Unit, c: &Unit, then: Option<usize>) -> Result<Block, Undecided> {
         let label = o.label(self.o);
         let block = |lines: Vec<String>| Block {
             lines,
@@ -879,7 +929,9 @@ impl Ctx<'_> {
         {
             let o_units = units_of(om);
             self.within.push(label.clone());
+            self.nested += 1;
             let members = self.level(&o_units, cm);
+            self.nested -= 1;
             self.within.pop();
             let mut blocks = vec![Block {
                 lines: owned(&self.c[c.lines.start..cb.inner.start]),
@@ -902,7 +954,7 @@ impl Ctx<'_> {
             }
             return Ok(block(lines));
         }
-        if !c.has_ph {
+        if !c.has_ph && then.is_none() {
             self.say(format!("replaced `{label}` ({})", span(&o.lines)));
             let from = indent_of(self.c[c.core]);
             let to = indent_of(self.o[o.core]);
@@ -934,9 +986,13 @@ impl Ctx<'_> {
             s.push('\n');
             s
         };
+        let mut c_text = text(&self.c[c.lines.clone()]);
+        if let Some(r) = then {
+            c_text.push_str(&text(&self.c[r..r + 1]));
+        }
         let x = lazy::expand_at(
             &text(&self.o[o.lines.clone()]),
-            &text(&self.c[c.lines.clone()]),
+            &c_text,
             o.lines.start,
             c.lines.start,
         )
@@ -1011,4 +1067,401 @@ fn increasing(pairs: &[(usize, usize)]) -> Vec<(usize, usize)> {
     }
     out.reverse();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// Lines, each terminated.
+    fn t(lines: &[&str]) -> String {
+        lines.iter().map(|l| format!("{l}\n")).collect()
+    }
+
+    fn run(path: &str, original: &str, changes: &str) -> Outcome {
+        let syntax = Syntax::of(Path::new(path)).unwrap_or_else(|| panic!("no syntax for {path}"));
+        place(syntax, original, changes)
+    }
+
+    /// Places and compares the whole new file, and requires each `report` fragment in the
+    /// report.
+    #[track_caller]
+    fn check(path: &str, original: &str, changes: &str, expected: &str, report: &[&str]) {
+        match run(path, original, changes) {
+            Outcome::Placed(p) => {
+                assert_eq!(
+                    p.text, expected,
+                    "\n--- got:\n{}\n--- expected:\n{expected}\n--- report: {:#?}",
+                    p.text, p.report
+                );
+                for want in report {
+                    assert!(
+                        p.report.iter().any(|r| r.contains(want)),
+                        "no {want:?} in {:#?}",
+                        p.report
+                    );
+                }
+            }
+            other => panic!("expected a placement, got {other:?}"),
+        }
+    }
+
+    #[track_caller]
+    fn undecided(path: &str, original: &str, changes: &str, why: &str) {
+        match run(path, original, changes) {
+            Outcome::Undecided { why: w, .. } | Outcome::NoTree(w) => {
+                assert!(w.contains(why), "{w:?} lacks {why:?}")
+            }
+            other => panic!("expected no decision, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn markdown_text_followed_by_a_placeholder_goes_before_the_old_text() {
+        let orig = t(&[
+            "# Guide",
+            "",
+            "## Setup",
+            "",
+            "Install the package.",
+            "",
+            "### Linux",
+            "",
+            "Use apt.",
+        ]);
+        check(
+            "g.md",
+            &orig,
+            &t(&["## Setup", "", "Read the notes first.", "", "<!-- ... -->"]),
+            &t(&[
+                "# Guide",
+                "",
+                "## Setup",
+                "",
+                "Read the notes first.",
+                "",
+                "Install the package.",
+                "",
+                "### Linux",
+                "",
+                "Use apt.",
+            ]),
+            &[
+                "in `## Setup`: added `(text)`",
+                "line 5 of `changes` kept lines 5–9",
+            ],
+        );
+        // Sharing a line with the old text, it is placed within it.
+        check(
+            "g.md",
+            &orig,
+            &t(&[
+                "## Setup",
+                "",
+                "Install the package.",
+                "Then run `guide init`.",
+                "",
+                "<!-- ... -->",
+            ]),
+            &orig.replace(
+                "Install the package.\n",
+                "Install the package.\nThen run `guide init`.\n",
+            ),
+            &["placed the changes to `(text)` (line 5) line by line"],
+        );
+    }
+
+    #[test]
+    fn markdown_text_without_a_heading_is_not_the_documents_first_text() {
+        let orig = t(&[
+            "Intro text.",
+            "",
+            "## A",
+            "",
+            "Alpha.",
+            "",
+            "## B",
+            "",
+            "Beta.",
+        ]);
+        match run(
+            "r.md",
+            &orig,
+            &t(&["<!-- ... -->", "Gamma.", "<!-- ... -->"]),
+        ) {
+            Outcome::Unmatched { .. } => {}
+            other => panic!("{other:?}"),
+        }
+        // Headings inside code fences are not headings.
+        check(
+            "r.md",
+            &t(&[
+                "## A",
+                "",
+                "```sh",
+                "# not a heading",
+                "```",
+                "",
+                "## B",
+                "",
+                "b",
+            ]),
+            &t(&["## B", "", "bee"]),
+            &t(&[
+                "## A",
+                "",
+                "```sh",
+                "# not a heading",
+                "```",
+                "",
+                "## B",
+                "",
+                "bee",
+            ]),
+            &["replaced `(text)` (line 9)"],
+        );
+    }
+
+    #[test]
+    fn an_unclosed_impl_is_placed_line_by_line() {
+        let orig = t(&[
+            "struct S;",
+            "",
+            "impl S {",
+            "    fn one(&self) {}",
+            "",
+            "    fn two(&self) {}",
+            "}",
+        ]);
+        check(
+            "s.rs",
+            &orig,
+            &t(&[
+                "impl S {",
+                "    // ... existing code ...",
+                "",
+                "    fn three(&self) {}",
+            ]),
+            &orig.replace(
+                "    fn two(&self) {}\n}",
+                "    fn two(&self) {}\n\n    fn three(&self) {}\n}",
+            ),
+            &["placed the changes to `impl S` (lines 3–7) line by line"],
+        );
+    }
+
+    #[test]
+    fn what_the_tree_cannot_decide() {
+        let rs = t(&["fn a() {}", "", "fn b() {}", "", "fn c() {}"]);
+        undecided(
+            "x.rs",
+            &rs,
+            &t(&["// ...", "fn c() { 3 }", "fn a() { 1 }", "// ..."]),
+            "another order than the file",
+        );
+        undecided(
+            "x.rs",
+            &rs,
+            &t(&["// ...", "fn b() {}", "", "mod m {", "    // ...", "}"]),
+            "`m` (line 4 of `changes`) is not in the file, yet it holds a placeholder",
+        );
+        undecided("x.rs", "fn a( {\n", "fn a() {}\n", "syntax error at line 1");
+    }
+
+    #[test]
+    fn overloads_and_prototypes_are_told_apart_by_their_first_line() {
+        let java = t(&[
+            "class M {",
+            "    int add(int a, int b) {",
+            "        return a + b;",
+            "    }",
+            "",
+            "    double add(double a, double b) {",
+            "        return a + b;",
+            "    }",
+            "}",
+        ]);
+        check(
+            "M.java",
+            &java,
+            &t(&[
+                "class M {",
+                "    // ...",
+                "    double add(double a, double b) {",
+                "        return b + a;",
+                "    }",
+                "}",
+            ]),
+            &java.replace(
+                "        return a + b;\n    }\n}",
+                "        return b + a;\n    }\n}",
+            ),
+            &["replaced `add` (lines 6–8)"],
+        );
+    }
+
+    #[test]
+    fn leading_comments_attributes_and_decorators_stay_when_changes_leaves_them_out() {
+        let py = t(&[
+            "class P:",
+            "    @property",
+            "    def x(self):",
+            "        return 1",
+            "",
+            "    def y(self):",
+            "        return 2",
+        ]);
+        check(
+            "p.py",
+            &py,
+            &t(&["    def x(self):", "        return 10"]),
+            &py.replace("return 1\n", "return 10\n"),
+            &["in `P`: replaced `x` (lines 2–4)"],
+        );
+        let ts = t(&[
+            "// The answer.",
+            "export const answer = 41;",
+            "",
+            "export const other = 1;",
+        ]);
+        check(
+            "a.ts",
+            &ts,
+            "export const answer = 42;\n",
+            &ts.replace("41", "42"),
+            &["replaced `answer`"],
+        );
+    }
+
+    #[test]
+    fn members_of_structs_interfaces_and_enums() {
+        let rs = t(&[
+            "pub struct Config {",
+            "    pub port: u16,",
+            "    pub host: String,",
+            "}",
+        ]);
+        check(
+            "c.rs",
+            &rs,
+            &t(&[
+                "pub struct Config {",
+                "    // ... existing fields ...",
+                "    pub debug: bool,",
+                "}",
+            ]),
+            &t(&[
+                "pub struct Config {",
+                "    pub port: u16,",
+                "    pub host: String,",
+                "    pub debug: bool,",
+                "}",
+            ]),
+            &["in `Config`: line 2 of `changes` kept lines 2–3: port, host"],
+        );
+        let ts = t(&[
+            "interface Opts {",
+            "  a: string;",
+            "  b: number;",
+            "}",
+            "",
+            "enum E {",
+            "  X,",
+            "  Y,",
+            "}",
+        ]);
+        check(
+            "o.ts",
+            &ts,
+            &t(&["interface Opts {", "  // ...", "  b?: number;", "}"]),
+            &ts.replace("  b: number;", "  b?: number;"),
+            &["in `Opts`: replaced `b` (line 3)"],
+        );
+    }
+
+    #[test]
+    fn a_method_alone_at_the_wrong_indentation_is_indented_like_its_neighbours() {
+        let js = t(&[
+            "class A {",
+            "  one() {",
+            "    return 1;",
+            "  }",
+            "",
+            "  two() {",
+            "    return 2;",
+            "  }",
+            "}",
+        ]);
+        check(
+            "a.js",
+            &js,
+            &t(&["two() {", "  return 22;", "}"]),
+            &js.replace("return 2;", "return 22;"),
+            &[
+                "`changes` holds members of `A` (lines 1–9)",
+                "in `A`: replaced `two` (lines 6–8)",
+            ],
+        );
+    }
+
+    #[test]
+    fn statements_at_the_top_level_are_matched_by_their_first_line_or_their_words() {
+        let py = t(&[
+            "import sys",
+            "",
+            "",
+            "def main(argv):",
+            "    print(argv)",
+            "",
+            "",
+            "if __name__ == \"__main__\":",
+            "    main(sys.argv)",
+        ]);
+        check(
+            "m.py",
+            &py,
+            &t(&[
+                "if __name__ == \"__main__\":",
+                "    sys.exit(main(sys.argv))",
+            ]),
+            &py.replace("    main(sys.argv)", "    sys.exit(main(sys.argv))"),
+            &["replaced `if __name__ == \"__main__\":` (lines 8–9)"],
+        );
+    }
+
+    #[test]
+    fn a_covering_rewrite_removes_what_it_leaves_out_between_its_first_and_last_items() {
+        let rs = t(&["use a;", "use b;", "", "fn f() {}", "", "fn g() {}"]);
+        check(
+            "r.rs",
+            &rs,
+            &t(&["use a;", "", "fn f() { 1 }", "", "fn g() { 2 }"]),
+            &t(&["use a;", "", "fn f() { 1 }", "", "fn g() { 2 }"]),
+            &["removed line 2: use b;"],
+        );
+    }
+
+    #[test]
+    fn trailing_comments_belong_to_their_line_and_c_plus_plus_templates_are_named() {
+        let cpp = t(&[
+            "template <typename T>",
+            "T twice(T x) { return 2 * x; }  // doubles",
+            "",
+            "int main() { return twice(1); }",
+        ]);
+        check(
+            "t.cpp",
+            &cpp,
+            &t(&["template <typename T>", "T twice(T x) { return x + x; }"]),
+            &t(&[
+                "template <typename T>",
+                "T twice(T x) { return x + x; }",
+                "",
+                "int main() { return twice(1); }",
+            ]),
+            &["replaced `twice` (lines 1–2)"],
+        );
+    }
 }
