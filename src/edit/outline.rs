@@ -527,6 +527,8 @@ impl Builder<'_> {
         let field =
             |n: Node<'_>, f: &str| n.child_by_field_name(f).map(|x| self.text(x).to_string());
         let name = match d.kind() {
+            // `#ifndef FOO_H` … `#endif`: named by its first line.
+            "preproc_ifdef" | "preproc_if" => self.text(d).lines().next().map(collapse),
             "method_declaration" if self.lang == Lang::Go => {
                 let recv = d.child_by_field_name("receiver").map(|r| {
                     self.text(r)
@@ -602,6 +604,9 @@ impl Builder<'_> {
 
     /// The body of a declaration and, when it holds declarations, its members.
     fn body(&self, d: Node<'_>) -> Option<Body> {
+        if matches!(d.kind(), "preproc_ifdef" | "preproc_if") {
+            return self.conditional_body(d);
+        }
         let body = d.child_by_field_name("body").or_else(|| {
             // Go `type T struct {…}`, C `typedef struct {…} T`: the body of the type.
             let ty = match d.kind() {
@@ -688,6 +693,41 @@ impl Builder<'_> {
     }
 }
 
+impl Builder<'_> {
+    /// The lines between `#ifdef X` and `#endif` (a header guard), when there is no `#else`
+    /// part (whose lines would be neither header nor members).
+    fn conditional_body(&self, d: Node<'_>) -> Option<Body> {
+        if d.child_by_field_name("alternative").is_some() {
+            return None;
+        }
+        let endif = d.child(d.child_count().checked_sub(1)?)?;
+        if endif.kind() != "#endif" {
+            return None;
+        }
+        let inner = self.row(d.start_position().row) + 1..self.row(endif.start_position().row);
+        let skip: Vec<usize> = ["name", "condition"]
+            .iter()
+            .filter_map(|f| d.child_by_field_name(f).map(|n| n.id()))
+            .collect();
+        let nodes: Vec<Node<'_>> = named_children(d)
+            .into_iter()
+            .filter(|n| !skip.contains(&n.id()))
+            .collect();
+        let inside = nodes.iter().all(|n| {
+            let (s, e) = (self.row(n.start_position().row), self.row(last_row(*n)));
+            s >= inner.start && e < inner.end
+        });
+        let members = if inside {
+            self.level(nodes)
+                .and_then(|m| self.covered(&m, inner.clone()).map(|()| m))
+                .ok()
+        } else {
+            None
+        };
+        Some(Body { inner, members })
+    }
+}
+
 fn is_attribute(kind: &str) -> bool {
     matches!(kind, "attribute_item" | "decorator" | "annotation")
 }
@@ -710,7 +750,12 @@ fn descendants_of_kind<'t>(n: Node<'t>, kinds: &[&str]) -> Vec<Node<'t>> {
 fn category(kind: &str) -> Cat {
     match kind {
         "impl_item" => Cat::Impl,
-        "mod_item" | "internal_module" | "module" | "namespace_definition" => Cat::Module,
+        "mod_item"
+        | "internal_module"
+        | "module"
+        | "namespace_definition"
+        | "preproc_ifdef"
+        | "preproc_if" => Cat::Module,
         "struct_item"
         | "enum_item"
         | "union_item"

@@ -674,6 +674,14 @@ impl Ctx<'_> {
                         used.insert(*oi);
                         want.push((ci, *oi));
                     }
+                    [] => {
+                        return Err(Undecided::new(format!(
+                            "`{}` is in `changes` more often than in the file (again at line {} \
+                             of `changes`)",
+                            cu.label(self.c),
+                            cu.lines.start + 1
+                        )));
+                    }
                     _ => {
                         return Err(Undecided {
                             why: format!(
@@ -1463,5 +1471,172 @@ mod tests {
             ]),
             &["replaced `twice` (lines 1–2)"],
         );
+    }
+
+    #[test]
+    fn placeholders_inside_a_function_body_are_placed_line_by_line_within_it() {
+        let rs = t(&[
+            "impl Store {",
+            "    pub fn get(&self, key: &str) -> Option<u32> {",
+            "        let k = key.trim();",
+            "        self.items.get(k).copied()",
+            "    }",
+            "",
+            "    pub fn len(&self) -> usize {",
+            "        self.items.len()",
+            "    }",
+            "}",
+        ]);
+        check(
+            "s.rs",
+            &rs,
+            &t(&[
+                "impl Store {",
+                "    pub fn get(&self, key: &str) -> Option<u32> {",
+                "        log(key);",
+                "        // ... existing code ...",
+                "    }",
+                "}",
+            ]),
+            &rs.replace("Option<u32> {\n", "Option<u32> {\n        log(key);\n"),
+            &["in `impl Store`: placed the changes to `get` (lines 2–5) line by line"],
+        );
+        // An object literal without a name, matched by its first line.
+        let js = t(&["module.exports = {", "  port: 8080,", "  host: 'a',", "};"]);
+        check(
+            "c.js",
+            &js,
+            &t(&["module.exports = {", "  // ...", "  debug: true,", "};"]),
+            &js.replace("  host: 'a',\n", "  host: 'a',\n  debug: true,\n"),
+            &["placed the changes to `module.exports = {` (lines 1–4) line by line"],
+        );
+    }
+
+    #[test]
+    fn a_test_module_gets_a_new_test_with_its_attribute() {
+        let rs = t(&[
+            "fn f() -> u8 { 1 }",
+            "",
+            "#[cfg(test)]",
+            "mod tests {",
+            "    #[test]",
+            "    fn one() {",
+            "        assert_eq!(super::f(), 1);",
+            "    }",
+            "}",
+        ]);
+        check(
+            "f.rs",
+            &rs,
+            &t(&[
+                "// ... existing code ...",
+                "mod tests {",
+                "    // ... existing code ...",
+                "",
+                "    #[test]",
+                "    fn two() {",
+                "        assert_ne!(super::f(), 2);",
+                "    }",
+                "}",
+            ]),
+            &rs.replace(
+                "        assert_eq!(super::f(), 1);\n    }\n}",
+                "        assert_eq!(super::f(), 1);\n    }\n\n    #[test]\n    fn two() {\n        assert_ne!(super::f(), 2);\n    }\n}",
+            ),
+            &["in `tests`: added `two`"],
+        );
+    }
+
+    #[test]
+    fn a_header_guard_holds_the_declarations_of_a_c_header() {
+        let h = t(&[
+            "#ifndef CALC_H",
+            "#define CALC_H",
+            "",
+            "int add(int a, int b);",
+            "",
+            "int sub(int a, int b);",
+            "",
+            "#endif",
+        ]);
+        check(
+            "calc.h",
+            &h,
+            "int sub(int a, int b, int c);\n",
+            &h.replace("int sub(int a, int b);", "int sub(int a, int b, int c);"),
+            &["`changes` holds members of `#ifndef CALC_H` (lines 1–8)"],
+        );
+    }
+
+    #[test]
+    fn an_item_given_twice_is_not_guessed() {
+        undecided(
+            "d.py",
+            &t(&["def a():", "    pass"]),
+            &t(&["def a():", "    return 1", "", "def a():", "    return 2"]),
+            "`a` is in `changes` more often than in the file (again at line 4 of `changes`)",
+        );
+    }
+
+    /// Random cuts of real files with placeholders at random places never panic, and a
+    /// placement keeps the final-newline convention.
+    #[test]
+    fn random_changes_never_panic() {
+        let samples: [(&str, &str); 5] = [
+            (
+                "a.rs",
+                "use std::io;\n\n/// Doc.\n#[derive(Debug)]\npub struct S {\n    a: u8,\n}\n\nimpl S {\n    fn one(&self) -> u8 {\n        self.a\n    }\n\n    fn two(&self) {}\n}\n\nfn main() {\n    let s = S { a: 1 };\n    println!(\"{}\", s.one());\n}\n",
+            ),
+            (
+                "a.py",
+                "import os\n\n\nclass A:\n    \"\"\"Doc.\"\"\"\n\n    def m(self, x):\n        if x:\n            return 1\n        return 2\n\n    @property\n    def p(self):\n        return 3\n\n\ndef main():\n    print(A().m(1))\n",
+            ),
+            (
+                "a.ts",
+                "import { x } from './x';\n\nexport class C {\n  private n = 0;\n\n  inc(): void {\n    this.n++;\n  }\n}\n\nexport function f(a: number): number {\n  return a * 2;\n}\n",
+            ),
+            (
+                "a.md",
+                "# T\n\nIntro.\n\n## A\n\nText a.\n\n### A1\n\nMore.\n\n## B\n\n```\n# no\n```\n",
+            ),
+            (
+                "a.go",
+                "package p\n\ntype T struct {\n\tA int\n}\n\nfunc (t T) M() int {\n\treturn t.A\n}\n\nfunc F() {}\n",
+            ),
+        ];
+        let mut rng = fastrand::Rng::with_seed(16);
+        for (path, orig) in samples {
+            let lines: Vec<&str> = orig.lines().collect();
+            for _ in 0..300 {
+                let mut changes = Vec::new();
+                for l in &lines {
+                    match rng.u8(..10) {
+                        0 => {}
+                        1 => changes.push(format!("{l} // x")),
+                        2 => {
+                            let ws = &l[..l.len() - l.trim_start().len()];
+                            let ph = if path.ends_with(".py") {
+                                "# ..."
+                            } else if path.ends_with(".md") {
+                                "<!-- ... -->"
+                            } else {
+                                "// ..."
+                            };
+                            changes.push(format!("{ws}{ph}"));
+                            changes.push(l.to_string());
+                        }
+                        3 => changes.push("new_line();".to_string()),
+                        _ => changes.push(l.to_string()),
+                    }
+                }
+                let mut c = changes.join("\n");
+                if rng.bool() {
+                    c.push('\n');
+                }
+                if let Outcome::Placed(p) = run(path, orig, &c) {
+                    assert!(p.text.is_empty() || p.text.ends_with('\n'), "{path}: {c:?}");
+                }
+            }
+        }
     }
 }
