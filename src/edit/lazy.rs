@@ -57,6 +57,8 @@ pub struct Expanded {
     /// Guesses made while expanding (kept lines without a placeholder, a block placed at the
     /// end of its parent, many lines removed), each a sentence for the model.
     pub notes: Vec<String>,
+    /// What each placeholder stood for (`line 3 of `changes` kept lines 4–20 of the file`).
+    pub kept: Vec<String>,
 }
 
 /// Expands `changes` (code with placeholder comments for unchanged parts) against `original`
@@ -82,6 +84,7 @@ pub fn expand_at(
         return Ok(Expanded {
             text: join(&ch_texts, eol),
             notes: Vec::new(),
+            kept: Vec::new(),
         });
     }
     let ch: Vec<Ln> = ch_texts.iter().map(|t| Ln::new(t)).collect();
@@ -1352,10 +1355,13 @@ impl<'a> Ctx<'a> {
         let ch_texts = std::mem::take(&mut self.ch_texts);
         let blank = |s: &str| s.trim().is_empty();
         let mut out: Vec<&str> = Vec::new();
+        let mut kept_notes = Vec::new();
         let mut cursor = 0;
         for (k, (seg, pl)) in segs.iter().zip(placed).enumerate() {
             // Placement guarantees cursor <= from <= to <= len; clamp anyway.
             let from = pl.from.clamp(cursor, orig_texts.len());
+            let ch_from = if k == 0 { 0 } else { segs[k - 1].end };
+            self.say_kept(ch_from..seg.start, cursor..from, &mut kept_notes);
             let kept = &orig_texts[cursor..from];
             if k == 0 && !leading_ph && kept.iter().any(|l| !blank(l)) {
                 self.notes.push(format!(
@@ -1389,6 +1395,12 @@ impl<'a> Ctx<'a> {
             out.extend(lines.into_iter().map(|(_, t)| t));
             cursor = to;
         }
+        let ch_from = segs.last().map_or(0, |s| s.end);
+        self.say_kept(
+            ch_from..self.ph.len(),
+            cursor..orig_texts.len(),
+            &mut kept_notes,
+        );
         let tail = &orig_texts[cursor..];
         if !trailing_ph && tail.iter().any(|l| !blank(l)) {
             self.notes.push(format!(
@@ -1402,6 +1414,36 @@ impl<'a> Ctx<'a> {
         Expanded {
             text: join(&out, eol),
             notes: self.notes,
+            kept: kept_notes,
+        }
+    }
+
+    /// What the placeholders among lines `ch` of `changes` stood for: the first, the file's
+    /// lines `orig` (when any is not blank); the others, nothing.
+    fn say_kept(
+        &self,
+        ch: std::ops::Range<usize>,
+        orig: std::ops::Range<usize>,
+        out: &mut Vec<String>,
+    ) {
+        let mut first = true;
+        let lo = orig.clone().find(|&p| !self.orig[p].blank);
+        let hi = orig.clone().rev().find(|&p| !self.orig[p].blank);
+        for j in ch.filter(|&j| self.ph[j]) {
+            let line = j + 1 + self.cb;
+            if first && let (Some(lo), Some(hi)) = (lo, hi) {
+                let (a, b) = (lo + 1 + self.fb, hi + 1 + self.fb);
+                out.push(if a == b {
+                    format!("line {line} of `changes` kept line {a}")
+                } else {
+                    format!("line {line} of `changes` kept lines {a}–{b}")
+                });
+            } else {
+                out.push(format!(
+                    "line {line} of `changes` (a placeholder) stood for nothing"
+                ));
+            }
+            first = false;
         }
     }
 }
@@ -1440,6 +1482,30 @@ mod tests {
             (Err(g), Err(e)) => assert!(g.contains(e), "error {g:?} does not contain {e:?}"),
             _ => panic!("expand gave {got:?}, expected {expected:?}"),
         }
+    }
+
+    #[test]
+    fn each_placeholder_says_what_it_kept() {
+        let got = expand(
+            &rust_file(),
+            &t(&[
+                "// ... existing code ...",
+                "fn beta(x: i32) -> i32 {",
+                "    x",
+                "}",
+                "// ... existing code ...",
+                "// ... existing code ...",
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            got.kept,
+            [
+                "line 1 of `changes` kept lines 1–6",
+                "line 5 of `changes` kept lines 14–16",
+                "line 6 of `changes` (a placeholder) stood for nothing"
+            ]
+        );
     }
 
     #[test]

@@ -1009,7 +1009,7 @@ impl Ctx<'_> {
             "placed the changes to `{label}` ({}) line by line",
             span(&o.lines)
         ));
-        for n in x.notes {
+        for n in x.kept.into_iter().chain(x.notes) {
             self.say(format!("in `{label}`: {n}"));
         }
         lines.extend(split_lines(&x.text).into_iter().map(str::to_string));

@@ -674,6 +674,11 @@ fn plan(path: &str, text: &str, changes: &str) -> Result<Plan, ToolError> {
             text,
             &format!("// ... existing code ...\n{changes}\n// ... existing code ...\n"),
         )
+        .map(|mut x| {
+            // The placeholders were ours, not the model's.
+            x.kept.clear();
+            x
+        })
     };
     match anchored {
         Ok(x) => {
@@ -686,7 +691,7 @@ fn plan(path: &str, text: &str, changes: &str) -> Result<Plan, ToolError> {
             Ok(Plan::Done(Change {
                 text: x.text,
                 headline,
-                details: x.notes,
+                details: x.kept.into_iter().chain(x.notes).collect(),
             }))
         }
         Err(why) => Ok(Plan::NeedsModel {

@@ -386,6 +386,12 @@ async fn edit_existing_file_expands_placeholders_in_several_languages() {
     );
     assert!(r[1].contains("in `Greeter`: added `bye`"), "{}", r[1]);
     assert!(r[2].contains("expanded the placeholders"), "{}", r[2]);
+    assert!(
+        r[2].contains("- line 1 of `changes` kept lines 1–2\n")
+            && r[2].contains("- line 5 of `changes` kept lines 6–7\n"),
+        "{}",
+        r[2]
+    );
     assert_eq!(
         read(&s, "a.rs"),
         rs.replace("println!(\"b\")", "println!(\"B!\")")
