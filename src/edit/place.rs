@@ -28,12 +28,22 @@
 //! a rewrite, where what it leaves out is removed.
 //!
 //! The level is the file's top level when an item there matches; otherwise the container
-//! (class, impl, module, section) whose members match most, which is how a method given
-//! alone finds its class and a `##` section its `#` document.
+//! (class, impl, module, section, header guard) whose members match most, which is how a
+//! method given alone finds its class and a `##` section its `#` document. JavaScript,
+//! TypeScript and Java `changes` that match nothing as written are read again as the members
+//! of a class (methods do not parse on their own).
 //!
-//! Whatever the tree cannot decide (a syntax error between items, two items on one line, a
-//! name several items share, items in another order than the file's, a new item holding a
-//! placeholder) is reported as undecided, for the caller to fall back to line anchoring.
+//! Markdown text (what a section holds before its first subsection) is the same text as the
+//! file's when it shares a line with it, or when its section matched and no placeholder
+//! follows it; text followed by a placeholder is placed within the old text, or before it.
+//! Comments and attributes the file has above an item stay when `changes` gives none; new
+//! and replaced items are indented like the level's items.
+//!
+//! Whatever the tree cannot decide (a syntax error between items, two items on one line,
+//! items in another order than the file's, an item given twice, a new item holding a
+//! placeholder, top-level lines next to members of a container) is reported as undecided,
+//! for the caller to fall back to line anchoring; a name several items fit equally is
+//! reported with the candidates, for the caller to refuse rather than guess.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -117,6 +127,12 @@ pub fn place(syntax: Syntax, original: &str, changes: &str) -> Outcome {
                         units.len()
                     ),
                     candidates: units.iter().map(|u| located(u, &o_lines)).collect(),
+                };
+            }
+            Choice::Mixed(why) => {
+                return Outcome::Undecided {
+                    why,
+                    candidates: Vec::new(),
                 };
             }
             Choice::None => {
@@ -245,6 +261,8 @@ enum Choice<'a> {
     Root,
     In(&'a Unit),
     Ambiguous(Vec<&'a Unit>),
+    /// Items of two levels at once (the reason).
+    Mixed(String),
     None,
 }
 
@@ -294,21 +312,41 @@ fn choose<'a>(o: &'a [Entry], c: &[Entry], ol: &[&str], cl: &[&str]) -> Choice<'
     if root > 0 && root >= best_n {
         return Choice::Root;
     }
+    // Whether an item without a name is one of `entries` (by its text or a version of it).
+    let fits = |entries: &[Entry], u: &Unit| {
+        let units = units_of(entries);
+        units
+            .iter()
+            .any(|t| !named(t) && (key(t) == key(u) || similar(t, u, ol, cl)))
+    };
     match best.len() {
         0 => {
             // No named item matches: imports or statements alone belong to the top level.
-            let top = units_of(o);
-            let texts: HashSet<Key> = top.iter().map(|u| key(u)).collect();
-            let fits = |u: &Unit| {
-                texts.contains(&key(u)) || top.iter().any(|t| !named(t) && similar(t, u, ol, cl))
-            };
-            if units_of(c).into_iter().filter(|u| !named(u)).any(fits) {
+            if units_of(c)
+                .into_iter()
+                .filter(|u| !named(u))
+                .any(|u| fits(o, u))
+            {
                 Choice::Root
             } else {
                 Choice::None
             }
         }
-        1 => Choice::In(best[0]),
+        1 => {
+            // Top-level lines (an import) next to members of a container: two levels at once.
+            let members = best[0].members().unwrap_or(&[]);
+            match units_of(c)
+                .into_iter()
+                .find(|u| !named(u) && fits(o, u) && !fits(members, u))
+            {
+                Some(u) => Choice::Mixed(format!(
+                    "`changes` mixes lines of the top level (`{}`) with members of `{}`",
+                    u.label(cl),
+                    best[0].label(ol)
+                )),
+                None => Choice::In(best[0]),
+            }
+        }
         _ => {
             best.sort_by_key(|u| u.lines.start);
             Choice::Ambiguous(best)
@@ -1638,5 +1676,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_import_next_to_a_method_given_alone_is_left_to_line_anchoring() {
+        undecided(
+            "a.rs",
+            &t(&["use std::io;", "", "impl A {", "    fn b(&self) {}", "}"]),
+            &t(&[
+                "use std::io;",
+                "use std::fmt;",
+                "",
+                "fn b(&self) { todo!() }",
+            ]),
+            "`changes` mixes lines of the top level (`use std::io;`) with members of `impl A`",
+        );
     }
 }
