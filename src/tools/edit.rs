@@ -147,7 +147,16 @@ fn edit_file(
         out.push_str(&format!(" (kept {}).", kept.join(" and ")));
     }
     out.push('\n');
-    for d in &change.details {
+    // A long account (a rewrite of hundreds of items) must leave room for the diff.
+    const MAX_DETAILS: usize = 40;
+    let n = change.details.len();
+    for (i, d) in change.details.iter().enumerate() {
+        if n > MAX_DETAILS && (30..n - 5).contains(&i) {
+            if i == 30 {
+                out.push_str(&format!("- … {} more (see the diff)\n", n - 35));
+            }
+            continue;
+        }
         out.push_str("- ");
         out.push_str(d);
         out.push('\n');
