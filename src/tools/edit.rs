@@ -652,13 +652,15 @@ fn plan(path: &str, text: &str, changes: &str) -> Result<Plan, ToolError> {
                 return whole_file(text, changes, Some((&items, &file)));
             }
             Outcome::Unmatched { changes: items, .. } => {
-                undecided = Some((
+                let why = if items.is_empty() {
+                    "`changes` holds no code besides placeholders".to_string()
+                } else {
                     format!(
                         "none of the items in `changes` ({}) is in the file",
-                        items.join(", ")
-                    ),
-                    Vec::new(),
-                ));
+                        listed(&items)
+                    )
+                };
+                undecided = Some((why, Vec::new()));
             }
             Outcome::Undecided { why, candidates } if !candidates.is_empty() => {
                 // Several places fit equally: ask rather than guess.
@@ -718,6 +720,16 @@ fn plan(path: &str, text: &str, changes: &str) -> Result<Plan, ToolError> {
     }
 }
 
+/// Item names for a message: the first eight, and how many more.
+fn listed(items: &[String]) -> String {
+    let mut parts: Vec<&str> = items.iter().take(8).map(String::as_str).collect();
+    let more = format!("and {} more", items.len().saturating_sub(8));
+    if items.len() > 8 {
+        parts.push(&more);
+    }
+    parts.join(", ")
+}
+
 fn with_candidates(why: &str, candidates: &[String]) -> String {
     if candidates.is_empty() {
         format!("{why}.")
@@ -748,15 +760,22 @@ fn whole_file(
         && file.len() >= 2
         && lines(changes) * 2 < lines(text)
     {
+        let none = if items.is_empty() {
+            "`changes` holds none of the file's items".to_string()
+        } else {
+            format!(
+                "none of the items in `changes` ({}) is in the file",
+                listed(items)
+            )
+        };
         return Err(ToolError::Failed(format!(
-            "not written: none of the items in `changes` ({}) is in the file (whose items are {}), \
-             and `changes` is less than half as long as the file, so it is neither an edit of \
-             the file's items nor evidently the whole new file. To add code, send it together \
-             with the unchanged item it goes next to, or with placeholder comments such as \
-             `// ... existing code ...` (in the file's comment syntax) for the rest of the file; \
-             to replace the file, send all of it.",
-            items.join(", "),
-            file.join(", ")
+            "not written: {none} (whose items are {}), and `changes` is less than half as long \
+             as the file, so it is neither an edit of the file's items nor evidently the whole \
+             new file. To add code, send it together with the unchanged item it goes next to, \
+             or with placeholder comments such as `// ... existing code ...` (in the file's \
+             comment syntax) for the rest of the file; to replace the file, send all of the new \
+             file.",
+            listed(file)
         )));
     }
     Ok(Plan::Done(Change {
