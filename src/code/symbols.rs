@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use tree_sitter::{Language, Node, Parser};
+use tree_sitter::{Language, Node, Parser, Tree};
 
 /// Largest file parsed for symbols, in bytes.
 pub const MAX_PARSE_BYTES: usize = 1024 * 1024;
@@ -60,7 +60,7 @@ impl Lang {
         }
     }
 
-    fn language(self) -> Language {
+    pub(crate) fn language(self) -> Language {
         match self {
             Lang::Rust => tree_sitter_rust::LANGUAGE.into(),
             Lang::Python => tree_sitter_python::LANGUAGE.into(),
@@ -248,17 +248,22 @@ static CPP: Spec = Spec {
     scopes: &["namespace_definition", "linkage_specification"],
 };
 
+/// The syntax tree of `source` in `lang`, or `None` when it is larger than
+/// [`MAX_PARSE_BYTES`] or the parser cannot be set up. A tree with syntax errors is still
+/// returned (its nodes say where: `has_error`).
+pub fn parse(lang: Lang, source: &str) -> Option<Tree> {
+    if source.len() > MAX_PARSE_BYTES {
+        return None;
+    }
+    let mut parser = Parser::new();
+    parser.set_language(&lang.language()).ok()?;
+    parser.parse(source, None)
+}
+
 /// The symbols of `source` in `lang`, in source order. Empty when the file cannot be parsed
 /// (or is larger than [`MAX_PARSE_BYTES`]).
 pub fn symbols(lang: Lang, source: &str) -> Vec<Symbol> {
-    if source.len() > MAX_PARSE_BYTES {
-        return Vec::new();
-    }
-    let mut parser = Parser::new();
-    if parser.set_language(&lang.language()).is_err() {
-        return Vec::new();
-    }
-    let Some(tree) = parser.parse(source, None) else {
+    let Some(tree) = parse(lang, source) else {
         return Vec::new();
     };
     let mut out = Vec::new();
@@ -269,6 +274,20 @@ pub fn symbols(lang: Lang, source: &str) -> Vec<Symbol> {
     };
     walker.children(tree.root_node(), 0, &mut out);
     out
+}
+
+/// The name a declaration node declares, as the repository map names it (`impl Display for A`
+/// → `Display for A`, a C declarator's identifier, a JavaScript variable holding a function),
+/// or `None` when `node` is not one of the declarations the map lists.
+pub fn declared_name(lang: Lang, node: Node<'_>, source: &str) -> Option<String> {
+    let spec = lang.spec();
+    let &(_, label) = spec.items.iter().find(|(k, _)| *k == node.kind())?;
+    let walker = Walker {
+        lang,
+        spec,
+        src: source.as_bytes(),
+    };
+    walker.name_of(node, label, 0).map(|(_, name)| name)
 }
 
 struct Walker<'a> {
@@ -487,7 +506,7 @@ fn find_function_declarator(mut d: Node<'_>) -> Option<Node<'_>> {
 }
 
 /// The identifier at the end of a C/C++ declarator chain (`*name`, `name(args)`, `ns::name`).
-fn declarator_name(mut d: Node<'_>, src: &[u8]) -> Option<String> {
+pub(crate) fn declarator_name(mut d: Node<'_>, src: &[u8]) -> Option<String> {
     for _ in 0..8 {
         match d.kind() {
             "identifier"

@@ -57,12 +57,26 @@ pub struct Expanded {
     /// Guesses made while expanding (kept lines without a placeholder, a block placed at the
     /// end of its parent, many lines removed), each a sentence for the model.
     pub notes: Vec<String>,
+    /// What each placeholder stood for (`line 3 of `changes` kept lines 4–20 of the file`).
+    pub kept: Vec<String>,
 }
 
 /// Expands `changes` (code with placeholder comments for unchanged parts) against `original`
 /// into the complete new file. Without any placeholder, `changes` is the whole new file and is
 /// returned as it is. The result ends with `\n` iff `original` does.
 pub fn expand(original: &str, changes: &str) -> Result<Expanded, String> {
+    expand_at(original, changes, 0, 0)
+}
+
+/// [`expand`] for a part of a file: `original` starts at line `file_base + 1` of the file and
+/// `changes` at line `changes_base + 1` of the model's `changes`, so that the line numbers in
+/// notes and errors are the model's.
+pub fn expand_at(
+    original: &str,
+    changes: &str,
+    file_base: usize,
+    changes_base: usize,
+) -> Result<Expanded, String> {
     let eol = original.ends_with('\n');
     let ch_texts = split_lines(changes);
     let ph: Vec<bool> = ch_texts.iter().map(|l| is_placeholder_line(l)).collect();
@@ -70,6 +84,7 @@ pub fn expand(original: &str, changes: &str) -> Result<Expanded, String> {
         return Ok(Expanded {
             text: join(&ch_texts, eol),
             notes: Vec::new(),
+            kept: Vec::new(),
         });
     }
     let ch: Vec<Ln> = ch_texts.iter().map(|t| Ln::new(t)).collect();
@@ -124,6 +139,8 @@ pub fn expand(original: &str, changes: &str) -> Result<Expanded, String> {
         map: vec![None; n_ch],
         index,
         notes: Vec::new(),
+        fb: file_base,
+        cb: changes_base,
     };
 
     let mut placed = Vec::with_capacity(segs.len());
@@ -539,7 +556,7 @@ fn head_name<'s>(t: &[&'s str]) -> Option<&'s str> {
 
 /// Similarity of two strings by their longest common subsequence of characters, 0 to 1.
 /// Lines longer than 200 characters are compared by their first 200.
-fn char_similarity(a: &str, b: &str) -> f64 {
+pub(crate) fn char_similarity(a: &str, b: &str) -> f64 {
     let a: Vec<char> = a.chars().take(200).collect();
     let b: Vec<char> = b.chars().take(200).collect();
     if a.is_empty() && b.is_empty() {
@@ -616,6 +633,9 @@ struct Ctx<'a> {
     /// Original positions of each non-blank trimmed line.
     index: HashMap<&'a str, Vec<usize>>,
     notes: Vec<String>,
+    /// Added to file and `changes` line numbers in messages (see [`expand_at`]).
+    fb: usize,
+    cb: usize,
 }
 
 impl<'a> Ctx<'a> {
@@ -1007,10 +1027,10 @@ impl<'a> Ctx<'a> {
                  it, so they replaced that whole block (through line {} of the file); to keep \
                  the rest of the block, put a placeholder comment inside it, indented like its \
                  body",
-                seg.start + 1,
-                seg.end,
+                seg.start + 1 + self.cb,
+                seg.end + self.cb,
                 quote(self.ch[h].trim),
-                end + 1
+                end + 1 + self.fb
             ));
             end + 1
         } else {
@@ -1183,8 +1203,8 @@ impl<'a> Ctx<'a> {
                 self.notes.push(format!(
                     "line {} of `changes` is not in the file; it replaced line {} (`{}`), the \
                      only similar line there",
-                    only + 1,
-                    p + 1,
+                    only + 1 + self.cb,
+                    p + 1 + self.fb,
                     quote(self.orig[p].trim)
                 ));
                 return Ok(Placed { from: p, to: p + 1 });
@@ -1222,10 +1242,10 @@ impl<'a> Ctx<'a> {
                 self.notes.push(format!(
                     "none of lines {}-{} of `changes` are in the file; inserted them at the end \
                      of the block `{}` (after line {} of the file)",
-                    seg.start + 1,
-                    seg.end,
+                    seg.start + 1 + self.cb,
+                    seg.end + self.cb,
                     quote(self.ch[q].trim),
-                    pos
+                    pos + self.fb
                 ));
                 return Ok(Placed { from: pos, to: pos });
             }
@@ -1238,19 +1258,20 @@ impl<'a> Ctx<'a> {
             {
                 return Err(format!(
                     "the code at lines {}-{} of `changes` (starting `{first_text}`) matches line \
-                     {} of the file (`{}`), which is above line {lo} where the previous block of \
+                     {} of the file (`{}`), which is above line {} where the previous block of \
                      `changes` ends. Blocks in `changes` must be in the same order as in the file \
                      and must not overlap: reorder them or merge them into one block, or use \
                      single_find_and_replace for each change.",
-                    seg.start + 1,
-                    seg.end,
-                    p + 1,
+                    seg.start + 1 + self.cb,
+                    seg.end + self.cb,
+                    p + 1 + self.fb,
                     quote(self.ch[j].trim),
+                    lo + self.fb,
                 ));
             }
         }
         let below = if lo > 0 {
-            format!(" below line {lo}")
+            format!(" below line {}", lo + self.fb)
         } else {
             String::new()
         };
@@ -1261,9 +1282,9 @@ impl<'a> Ctx<'a> {
              copied exactly from the file so it can be located. Re-read the file and include \
              the unchanged lines around the change, or use single_find_and_replace with the \
              exact text.",
-            seg.start + 1,
-            seg.end,
-            first + 1,
+            seg.start + 1 + self.cb,
+            seg.end + self.cb,
+            first + 1 + self.cb,
         ))
     }
 
@@ -1313,10 +1334,10 @@ impl<'a> Ctx<'a> {
                 "lines {}-{} of `changes` replaced lines {}-{} of the file, removing {gone} \
                  lines that are not in `changes`; if they should stay, put a placeholder \
                  comment where they are",
-                seg.start + 1,
-                seg.end,
-                from + 1,
-                to
+                seg.start + 1 + self.cb,
+                seg.end + self.cb,
+                from + 1 + self.fb,
+                to + self.fb
             ));
         }
     }
@@ -1334,15 +1355,20 @@ impl<'a> Ctx<'a> {
         let ch_texts = std::mem::take(&mut self.ch_texts);
         let blank = |s: &str| s.trim().is_empty();
         let mut out: Vec<&str> = Vec::new();
+        let mut kept_notes = Vec::new();
         let mut cursor = 0;
         for (k, (seg, pl)) in segs.iter().zip(placed).enumerate() {
             // Placement guarantees cursor <= from <= to <= len; clamp anyway.
             let from = pl.from.clamp(cursor, orig_texts.len());
+            let ch_from = if k == 0 { 0 } else { segs[k - 1].end };
+            self.say_kept(ch_from..seg.start, cursor..from, &mut kept_notes);
             let kept = &orig_texts[cursor..from];
             if k == 0 && !leading_ph && kept.iter().any(|l| !blank(l)) {
                 self.notes.push(format!(
-                    "the changes did not start with a placeholder; kept lines 1-{from} of the \
-                     file unchanged"
+                    "the changes did not start with a placeholder; kept lines {}-{} of the \
+                     file unchanged",
+                    1 + self.fb,
+                    from + self.fb
                 ));
             }
             out.extend_from_slice(kept);
@@ -1369,19 +1395,55 @@ impl<'a> Ctx<'a> {
             out.extend(lines.into_iter().map(|(_, t)| t));
             cursor = to;
         }
+        let ch_from = segs.last().map_or(0, |s| s.end);
+        self.say_kept(
+            ch_from..self.ph.len(),
+            cursor..orig_texts.len(),
+            &mut kept_notes,
+        );
         let tail = &orig_texts[cursor..];
         if !trailing_ph && tail.iter().any(|l| !blank(l)) {
             self.notes.push(format!(
                 "the changes did not end with a placeholder; kept lines {}-{} of the file \
                  unchanged",
-                cursor + 1,
-                orig_texts.len()
+                cursor + 1 + self.fb,
+                orig_texts.len() + self.fb
             ));
         }
         out.extend_from_slice(tail);
         Expanded {
             text: join(&out, eol),
             notes: self.notes,
+            kept: kept_notes,
+        }
+    }
+
+    /// What the placeholders among lines `ch` of `changes` stood for: the first, the file's
+    /// lines `orig` (when any is not blank); the others, nothing.
+    fn say_kept(
+        &self,
+        ch: std::ops::Range<usize>,
+        orig: std::ops::Range<usize>,
+        out: &mut Vec<String>,
+    ) {
+        let mut first = true;
+        let lo = orig.clone().find(|&p| !self.orig[p].blank);
+        let hi = orig.clone().rev().find(|&p| !self.orig[p].blank);
+        for j in ch.filter(|&j| self.ph[j]) {
+            let line = j + 1 + self.cb;
+            if first && let (Some(lo), Some(hi)) = (lo, hi) {
+                let (a, b) = (lo + 1 + self.fb, hi + 1 + self.fb);
+                out.push(if a == b {
+                    format!("line {line} of `changes` kept line {a}")
+                } else {
+                    format!("line {line} of `changes` kept lines {a}–{b}")
+                });
+            } else {
+                out.push(format!(
+                    "line {line} of `changes` (a placeholder) stood for nothing"
+                ));
+            }
+            first = false;
         }
     }
 }
@@ -1420,6 +1482,30 @@ mod tests {
             (Err(g), Err(e)) => assert!(g.contains(e), "error {g:?} does not contain {e:?}"),
             _ => panic!("expand gave {got:?}, expected {expected:?}"),
         }
+    }
+
+    #[test]
+    fn each_placeholder_says_what_it_kept() {
+        let got = expand(
+            &rust_file(),
+            &t(&[
+                "// ... existing code ...",
+                "fn beta(x: i32) -> i32 {",
+                "    x",
+                "}",
+                "// ... existing code ...",
+                "// ... existing code ...",
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            got.kept,
+            [
+                "line 1 of `changes` kept lines 1–6",
+                "line 5 of `changes` kept lines 14–16",
+                "line 6 of `changes` (a placeholder) stood for nothing"
+            ]
+        );
     }
 
     #[test]

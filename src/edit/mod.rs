@@ -4,6 +4,8 @@
 pub mod blocks;
 pub mod lazy;
 pub mod matching;
+pub mod outline;
+pub mod place;
 pub mod render;
 pub mod textfile;
 pub mod udiff;

@@ -8,13 +8,15 @@
 //! return a numbered unified diff of what changed. Nothing is written when any step fails.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
 use super::args::Args;
 use super::{Access, Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
+use crate::edit::outline::Syntax;
+use crate::edit::place::{self, Outcome};
 use crate::edit::textfile::{TextFile, normalize_input};
 use crate::edit::{blocks, lazy, matching, render, udiff};
 use crate::policy::{Level, reference_default};
@@ -77,10 +79,12 @@ fn path_error(raw: &str, e: PathError) -> ToolError {
     }
 }
 
-/// A computed edit: the new text and a one-line account of it.
+/// A computed edit: the new text, a one-line account of it, and what became of each part of
+/// the request (one line each, listed under the headline).
 struct Change {
     text: String,
     headline: String,
+    details: Vec<String>,
 }
 
 /// Computes an edit from the file's current text (`\n` line endings).
@@ -143,6 +147,20 @@ fn edit_file(
         out.push_str(&format!(" (kept {}).", kept.join(" and ")));
     }
     out.push('\n');
+    // A long account (a rewrite of hundreds of items) must leave room for the diff.
+    const MAX_DETAILS: usize = 40;
+    let n = change.details.len();
+    for (i, d) in change.details.iter().enumerate() {
+        if n > MAX_DETAILS && (30..n - 5).contains(&i) {
+            if i == 30 {
+                out.push_str(&format!("- … {} more (see the diff)\n", n - 35));
+            }
+            continue;
+        }
+        out.push_str("- ");
+        out.push_str(d);
+        out.push('\n');
+    }
     let new_text = TextFile::decode(&new_bytes)
         .map(|f| f.text)
         .unwrap_or(change.text);
@@ -464,6 +482,7 @@ fn find_replace_compute(args: &Args) -> Result<Compute, ToolError> {
                 r.rung.describe()
             ),
             text: r.text,
+            details: Vec::new(),
         })
     }))
 }
@@ -511,6 +530,7 @@ fn multi_edit_compute(args: &Args) -> Result<Compute, ToolError> {
         Ok(Change {
             headline: format!("applied {} edits: {}.", specs.len(), parts.join("; ")),
             text: cur,
+            details: Vec::new(),
         })
     }))
 }
@@ -533,8 +553,11 @@ fn blocks_compute(args: &Args) -> Result<Compute, ToolError> {
         }
     };
     let mut all = Vec::new();
+    let mut skipped = Vec::new();
     for (i, d) in diffs.iter().enumerate() {
-        all.extend(blocks::parse(d, i).map_err(ToolError::InvalidArguments)?);
+        let parsed = blocks::parse(d, i).map_err(ToolError::InvalidArguments)?;
+        all.extend(parsed.blocks);
+        skipped.extend(parsed.skipped);
     }
     Ok(Box::new(move |text: &str| {
         let mut cur = text.to_string();
@@ -554,9 +577,20 @@ fn blocks_compute(args: &Args) -> Result<Compute, ToolError> {
             ));
             cur = r.text;
         }
+        let skip = match skipped.len() {
+            0 => String::new(),
+            1 => " (1 unfinished block was skipped)".to_string(),
+            n => format!(" ({n} unfinished blocks were skipped)"),
+        };
         Ok(Change {
-            headline: format!("applied {} blocks: {}.", all.len(), parts.join("; ")),
+            headline: format!(
+                "applied {} block{}{skip}: {}.",
+                all.len(),
+                if all.len() == 1 { "" } else { "s" },
+                parts.join("; ")
+            ),
             text: cur,
+            details: skipped,
         })
     }))
 }
@@ -571,11 +605,21 @@ enum Plan {
     },
 }
 
-fn plan(text: &str, changes: &str) -> Result<Plan, ToolError> {
+fn plan(path: &str, text: &str, changes: &str) -> Result<Plan, ToolError> {
+    if changes.trim().is_empty() {
+        return Err(ToolError::Failed(
+            "`changes` is empty, so there is nothing to place; nothing was written. Send the \
+             changed code, with placeholder comments such as `// ... existing code ...` for the \
+             unchanged parts; to delete code, use single_find_and_replace with an empty \
+             new_string."
+                .into(),
+        ));
+    }
     if text.is_empty() {
         return Ok(Plan::Done(Change {
             text: changes.to_string(),
             headline: "the file was empty; wrote the changes as its content.".into(),
+            details: Vec::new(),
         }));
     }
     if udiff::looks_like_unified_diff(changes) {
@@ -584,38 +628,160 @@ fn plan(text: &str, changes: &str) -> Result<Plan, ToolError> {
                 Plan::Done(Change {
                     text: t,
                     headline: "applied the unified diff.".into(),
+                    details: Vec::new(),
                 })
             })
             .map_err(|e| ToolError::Failed(format!("the unified diff does not apply: {e}")));
     }
-    if lazy::has_placeholders(changes) {
-        return Ok(match lazy::expand(text, changes) {
-            Ok(x) => {
-                let mut headline = "expanded the placeholders from the file".to_string();
-                for n in &x.notes {
-                    headline.push_str("; ");
-                    headline.push_str(n);
-                }
-                headline.push('.');
-                Plan::Done(Change {
-                    text: x.text,
-                    headline,
-                })
+    let placeholders = lazy::has_placeholders(changes);
+    // Why the syntax tree could not place `changes`, and where it could go.
+    let mut undecided: Option<(String, Vec<String>)> = None;
+    if let Some(syntax) = Syntax::of(Path::new(path)) {
+        match place::place(syntax, text, changes) {
+            Outcome::Placed(p) => {
+                return Ok(Plan::Done(Change {
+                    text: p.text,
+                    headline: format!("placed `changes` by the {} syntax tree:", syntax.name()),
+                    details: p.report,
+                }));
             }
-            Err(why) => Plan::NeedsModel {
-                why,
-                original: text.to_string(),
-            },
-        });
+            Outcome::Unmatched {
+                changes: items,
+                file,
+            } if !placeholders => {
+                return whole_file(text, changes, Some((&items, &file)));
+            }
+            Outcome::Unmatched { changes: items, .. } => {
+                let why = if items.is_empty() {
+                    "`changes` holds no code besides placeholders".to_string()
+                } else {
+                    format!(
+                        "none of the items in `changes` ({}) is in the file",
+                        listed(&items)
+                    )
+                };
+                undecided = Some((why, Vec::new()));
+            }
+            Outcome::Undecided { why, candidates } if !candidates.is_empty() => {
+                // Several places fit equally: ask rather than guess.
+                return Ok(Plan::NeedsModel {
+                    why: with_candidates(&why, &candidates),
+                    original: text.to_string(),
+                });
+            }
+            Outcome::Undecided { why, .. } | Outcome::NoTree(why) => {
+                undecided = Some((why, Vec::new()));
+            }
+        }
     }
+    if !placeholders && undecided.is_none() {
+        return whole_file(text, changes, None);
+    }
+    // Line anchoring: the placeholders, or (without any) `changes` as one part of the file.
+    let anchored = if placeholders {
+        lazy::expand(text, changes)
+    } else {
+        lazy::expand(
+            text,
+            &format!("// ... existing code ...\n{changes}\n// ... existing code ...\n"),
+        )
+        .map(|mut x| {
+            // The placeholders were ours, not the model's.
+            x.kept.clear();
+            x
+        })
+    };
+    match anchored {
+        Ok(x) => {
+            let headline = match &undecided {
+                Some((why, _)) => {
+                    format!("placed `changes` line by line (the syntax tree could not: {why}).")
+                }
+                None => "expanded the placeholders from the file.".to_string(),
+            };
+            Ok(Plan::Done(Change {
+                text: x.text,
+                headline,
+                details: x.kept.into_iter().chain(x.notes).collect(),
+            }))
+        }
+        Err(why) => Ok(Plan::NeedsModel {
+            why: match &undecided {
+                Some((tree, c)) => {
+                    format!(
+                        "{why} (The syntax tree could not place it either: {})",
+                        with_candidates(tree, c)
+                    )
+                }
+                None => why,
+            },
+            original: text.to_string(),
+        }),
+    }
+}
+
+/// Item names for a message: the first eight, and how many more.
+fn listed(items: &[String]) -> String {
+    let mut parts: Vec<&str> = items.iter().take(8).map(String::as_str).collect();
+    let more = format!("and {} more", items.len().saturating_sub(8));
+    if items.len() > 8 {
+        parts.push(&more);
+    }
+    parts.join(", ")
+}
+
+fn with_candidates(why: &str, candidates: &[String]) -> String {
+    if candidates.is_empty() {
+        format!("{why}.")
+    } else {
+        format!(
+            "{why}: {}. Include more of the unchanged code around the change (the enclosing \
+             item's first line), so that only one of them fits.",
+            candidates.join(", ")
+        )
+    }
+}
+
+/// `changes` without placeholders as the whole new file, unless that would lose code: most
+/// of a sizeable file, or (when none of its items is in the file) most of a file of several
+/// items.
+fn whole_file(
+    text: &str,
+    changes: &str,
+    unmatched: Option<(&[String], &[String])>,
+) -> Result<Plan, ToolError> {
     if let Some(why) = lazy::suspicious_rewrite(text, changes) {
         return Err(ToolError::Failed(format!(
             "not written: `changes` has no placeholder comments, so {why}"
         )));
     }
+    let lines = |s: &str| s.lines().filter(|l| !l.trim().is_empty()).count();
+    if let Some((items, file)) = unmatched
+        && file.len() >= 2
+        && lines(changes) * 2 < lines(text)
+    {
+        let none = if items.is_empty() {
+            "`changes` holds none of the file's items".to_string()
+        } else {
+            format!(
+                "none of the items in `changes` ({}) is in the file",
+                listed(items)
+            )
+        };
+        return Err(ToolError::Failed(format!(
+            "not written: {none} (whose items are {}), and `changes` is less than half as long \
+             as the file, so it is neither an edit of the file's items nor evidently the whole \
+             new file. To add code, send it together with the unchanged item it goes next to, \
+             or with placeholder comments such as `// ... existing code ...` (in the file's \
+             comment syntax) for the rest of the file; to replace the file, send all of the new \
+             file.",
+            listed(file)
+        )));
+    }
     Ok(Plan::Done(Change {
         text: changes.to_string(),
         headline: "replaced the whole file (the changes had no placeholders).".into(),
+        details: Vec::new(),
     }))
 }
 
@@ -631,13 +797,15 @@ async fn edit_existing(
         let outcome: Arc<Mutex<Option<(String, String)>>> = Arc::default();
         let slot = Arc::clone(&outcome);
         let res = blocking(move || {
-            edit_file(&env, &path, &raw, |text| match plan(text, &changes)? {
-                Plan::Done(c) => Ok(c),
-                Plan::NeedsModel { why, original } => {
-                    if let Ok(mut s) = slot.lock() {
-                        *s = Some((why.clone(), original));
+            edit_file(&env, &path, &raw, |text| {
+                match plan(&raw, text, &changes)? {
+                    Plan::Done(c) => Ok(c),
+                    Plan::NeedsModel { why, original } => {
+                        if let Ok(mut s) = slot.lock() {
+                            *s = Some((why.clone(), original));
+                        }
+                        Err(ToolError::Failed(why))
                     }
-                    Err(ToolError::Failed(why))
                 }
             })
         })
@@ -682,6 +850,7 @@ async fn edit_existing(
             }
             Ok(Change {
                 text: output,
+                details: Vec::new(),
                 headline: format!(
                     "the placeholders could not be expanded deterministically ({why}); the model \
                      applied the changes and the result was verified."
@@ -705,10 +874,17 @@ pub fn transform(tool: &str, args: &Args, original: &[u8]) -> Result<(Vec<u8>, S
                 Some(Value::String(s)) => unfence(&normalize_input(s)),
                 _ => return Err("`changes` is required".into()),
             };
-            Ok(Box::new(move |text: &str| match plan(text, &changes)? {
-                Plan::Done(c) => Ok(c),
-                Plan::NeedsModel { why, .. } => Err(ToolError::Failed(why)),
-            }) as Compute)
+            let path = args
+                .opt_string("filepath")
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            Ok(
+                Box::new(move |text: &str| match plan(&path, text, &changes)? {
+                    Plan::Done(c) => Ok(c),
+                    Plan::NeedsModel { why, .. } => Err(ToolError::Failed(why)),
+                }) as Compute,
+            )
         }
         other => return Err(format!("{other} is not an edit tool")),
     }

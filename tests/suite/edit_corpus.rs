@@ -8,6 +8,8 @@
 //! replace_all: true                  (optional; for multi_edit it applies to every edit)
 //! crlf: true                         (optional: original and expected use CRLF)
 //! bom: true                          (optional: both start with a BOM)
+//! path: src/a.rs                     (optional: the case also runs with this file name, whose
+//!                                     extension lets edit_existing_file place by the syntax tree)
 //! === original
 //! …file lines…
 //! === old_string / === new_string    (repeated for multi_edit; no final newline)
@@ -92,9 +94,9 @@ impl Case {
         Some(bytes)
     }
 
-    fn args(&self) -> Args {
+    fn args(&self, filepath: &str) -> Args {
         let mut m = Map::new();
-        m.insert("filepath".into(), json!("file"));
+        m.insert("filepath".into(), json!(filepath));
         let all = self.flag("replace_all");
         match self.tool.as_str() {
             "single_find_and_replace" => {
@@ -133,9 +135,24 @@ impl Case {
         Args::from_map(m)
     }
 
+    /// Runs the case as `file` (no syntax known), and as its `path:` when it has one.
     fn run(&self) -> Result<(), String> {
+        let mut names = vec!["file".to_string()];
+        names.extend(
+            self.flags
+                .iter()
+                .filter(|(k, _)| k == "path")
+                .map(|(_, v)| v.clone()),
+        );
+        for name in names {
+            self.run_as(&name).map_err(|e| format!("(as {name}) {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn run_as(&self, filepath: &str) -> Result<(), String> {
         let original = self.file("original").ok_or("no === original section")?;
-        let got = transform(&self.tool, &self.args(), &original);
+        let got = transform(&self.tool, &self.args(filepath), &original);
         match (got, self.file("expected"), self.one("expected_error")) {
             (Ok((bytes, _)), Some(expected), _) if bytes == expected => Ok(()),
             (Ok((bytes, _)), Some(expected), _) => Err(format!(

@@ -226,6 +226,43 @@ async fn search_and_replace_blocks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_markers_are_exact_and_unfinished_blocks_are_skipped() {
+    let file = "a = 1\nb = 2\n";
+    let sr = |diff: &str| json!({"name": "search_and_replace_in_file", "arguments": {"filepath": "v.py", "diffs": [diff]}});
+    let s = edit_server(
+        &[("v.py", file.as_bytes())],
+        vec![
+            sr("-------SEARCH\na = 1\n=======\na = 9\n+++++++ REPLACE"),
+            sr("------- SEARCH\na = 1\n======= \na = 9\n+++++++ REPLACE"),
+            sr("------- SEARCH\na = 1\n------- SEARCH\nb = 2\n=======\nb = 3\n+++++++ REPLACE"),
+        ],
+    )
+    .await;
+    let r = results(&s, 3).await;
+    assert!(
+        r[0].contains(
+            "diffs[0] line 1: `-------SEARCH` is not a block marker; expected `------- SEARCH`"
+        ) && r[0].contains("the file is unchanged"),
+        "{}",
+        r[0]
+    );
+    assert!(
+        r[1].contains("diffs[0] line 3: `======= ` is not a block marker; expected `=======`"),
+        "{}",
+        r[1]
+    );
+    assert!(
+        r[2].starts_with("Edited v.py: applied 1 block (1 unfinished block was skipped)")
+            && r[2].contains(
+                "- diffs[0] lines 1-2: a block without its `+++++++ REPLACE` marker was skipped"
+            ),
+        "{}",
+        r[2]
+    );
+    assert_eq!(read(&s, "v.py"), "a = 1\nb = 3\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_new_file_makes_folders_and_never_overwrites() {
     let cnf = |p: &str, c: &str| json!({"name": "create_new_file", "arguments": {"filepath": p, "contents": c}});
     let s = edit_server(
@@ -330,8 +367,31 @@ async fn edit_existing_file_expands_placeholders_in_several_languages() {
     let r = results(&s, 3).await;
     for (i, x) in r.iter().enumerate() {
         assert!(x.starts_with("Edited "), "{i}: {x}");
-        assert!(x.contains("expanded the placeholders"), "{i}: {x}");
     }
+    // Rust and Python are placed by their syntax tree, HTML line by line.
+    assert!(
+        r[0].contains("placed `changes` by the Rust syntax tree"),
+        "{}",
+        r[0]
+    );
+    assert!(
+        r[0].contains("line 1 of `changes` kept lines 1–5: use std::io;, a"),
+        "{}",
+        r[0]
+    );
+    assert!(
+        r[1].contains("placed `changes` by the Python syntax tree"),
+        "{}",
+        r[1]
+    );
+    assert!(r[1].contains("in `Greeter`: added `bye`"), "{}", r[1]);
+    assert!(r[2].contains("expanded the placeholders"), "{}", r[2]);
+    assert!(
+        r[2].contains("- line 1 of `changes` kept lines 1–2\n")
+            && r[2].contains("- line 5 of `changes` kept lines 6–7\n"),
+        "{}",
+        r[2]
+    );
     assert_eq!(
         read(&s, "a.rs"),
         rs.replace("println!(\"b\")", "println!(\"B!\")")

@@ -11,6 +11,7 @@ mod console;
 mod edit_corpus;
 mod edits;
 mod errors;
+mod lazy_edits;
 mod policy;
 mod progress;
 mod protect;
