@@ -1291,7 +1291,7 @@ fn collect_secrets(config: &Config, env: &[(String, String)]) -> Vec<(String, St
                         .terminal
                         .scrub_env
                         .iter()
-                        .any(|p| crate::terminal::glob_match(p, k)))
+                        .any(|p| crate::text::glob_match(p, k)))
         })
         .map(|(k, v)| (k.clone(), v.trim().to_string()))
         .collect();

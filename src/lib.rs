@@ -29,6 +29,7 @@ pub mod redact;
 pub mod runs;
 pub mod server;
 pub mod terminal;
+pub mod text;
 pub mod tools;
 pub mod upstream;
 pub mod web;

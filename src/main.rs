@@ -327,10 +327,7 @@ async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
             RunEvent::ToolStarted {
                 name, arguments, ..
             } => {
-                eprintln!(
-                    "→ {name} {}",
-                    toolpilot::tools::args::preview(&arguments, 120)
-                );
+                eprintln!("→ {name} {}", toolpilot::text::preview(&arguments, 120));
             }
             RunEvent::ToolFinished {
                 name,
@@ -523,7 +520,7 @@ fn runs(common: CommonArgs, json: bool) -> Result<(), String> {
             s.rounds,
             s.tool_calls,
             r.files_changed,
-            toolpilot::tools::args::preview(&s.prompt.replace('\n', " "), 60)
+            toolpilot::text::preview(&s.prompt.replace('\n', " "), 60)
         );
     }
     Ok(())

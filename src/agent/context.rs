@@ -218,7 +218,7 @@ pub fn fit(
         }
         let old = est.message(&messages[i]);
         let text = messages[i]["content"].as_str().unwrap_or_default();
-        let cut = crate::tools::floor_char_boundary(text, keep);
+        let cut = crate::text::floor_char_boundary(text, keep);
         let shortened = format!(
             "{}\n[toolpilot: cut to fit the model's context window: showing the first {cut} of \
              {len} bytes of this result. Ask for a smaller part if you need the rest.]",

@@ -606,7 +606,7 @@ impl Run<'_> {
                 id,
                 "tool_started",
                 json!({"call": call, "tool": name,
-                       "arguments": crate::tools::args::preview(arguments, 500)}),
+                       "arguments": crate::text::preview(arguments, 500)}),
             ),
             RunEvent::ToolFinished {
                 id: call,
@@ -1323,7 +1323,7 @@ impl Run<'_> {
                     preview: if reg.read_only(&c.name) {
                         String::new()
                     } else {
-                        crate::tools::args::preview(&outcome.content, 2000)
+                        crate::text::preview(&outcome.content, 2000)
                     },
                 })
                 .await?;

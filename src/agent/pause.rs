@@ -219,7 +219,7 @@ const TARGET_ARGUMENTS: &[&str] = &[
 fn describe(a: &Ask) -> String {
     let reason = visible(&a.reason).replace('\n', " ");
     let Ok(Value::Object(mut args)) = serde_json::from_str::<Value>(&a.arguments) else {
-        let raw = visible(&crate::tools::args::preview(&a.arguments, 300));
+        let raw = visible(&crate::text::preview(&a.arguments, 300));
         let shown = code_span(&raw).unwrap_or_else(|| format!("\n\n{}\n", code_block(&raw)));
         return format!("- `{}` {shown} ({reason})\n", a.tool);
     };
@@ -243,7 +243,7 @@ fn describe(a: &Ask) -> String {
     }
     if !args.is_empty() {
         let rest = Value::Object(args).to_string();
-        let rest = visible(&crate::tools::args::preview(&rest, 300));
+        let rest = visible(&crate::text::preview(&rest, 300));
         if let Some(span) = code_span(&rest) {
             inline.push(format!("other arguments {span}"));
         }

@@ -775,7 +775,7 @@ pub fn render_snippet(hit: &Hit, max_lines: usize) -> String {
     let width = (hit.end).to_string().len();
     for (i, l) in lines.iter().take(max_lines).enumerate() {
         let l = if l.len() > 240 {
-            &l[..crate::tools::floor_char_boundary(l, 240)]
+            &l[..crate::text::floor_char_boundary(l, 240)]
         } else {
             l
         };

@@ -65,10 +65,7 @@ pub fn progress_line(ev: &RunEvent) -> Option<String> {
     Some(match ev {
         RunEvent::ToolStarted {
             name, arguments, ..
-        } => format!(
-            "running {name} {}",
-            crate::tools::args::preview(arguments, 160)
-        ),
+        } => format!("running {name} {}", crate::text::preview(arguments, 160)),
         RunEvent::ToolFinished {
             name,
             status,
@@ -81,7 +78,7 @@ pub fn progress_line(ev: &RunEvent) -> Option<String> {
              {{\"decision\":\"approve\"}} (or \"deny\") and the admin token in the \
              x-toolpilot-admin-token header; denied automatically after {} s",
             p.tool,
-            crate::tools::args::preview(&p.arguments, 160),
+            crate::text::preview(&p.arguments, 160),
             p.reason,
             p.id,
             p.expires_at.saturating_sub(p.created_at)

@@ -9,12 +9,12 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::args::Args;
-use super::read::group;
 use super::{Access, Invocation, Target, Tool, ToolEnv, ToolError, blocking};
 use crate::code::index::render_snippet;
 use crate::code::symbols::{self, Lang, MAX_PARSE_BYTES};
 use crate::code::{embed_text, rerank};
 use crate::policy::{Level, reference_default};
+use crate::text::group;
 use crate::workspace::walk::{self, Visibility};
 
 pub struct Codebase;

@@ -16,9 +16,9 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use super::args::Args;
-use super::read::group;
 use super::{Invocation, Tool, ToolEnv, ToolError};
 use crate::policy::{Level, reference_default};
+use crate::text::group;
 
 pub struct ViewDiff;
 

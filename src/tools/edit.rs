@@ -736,7 +736,7 @@ pub fn verify_apply(original: &str, changes: &str, output: &str) -> Result<(), S
         if !out_lines.contains(t) {
             return Err(format!(
                 "the line `{}` of the changes is missing",
-                super::args::preview(t, 80)
+                crate::text::preview(t, 80)
             ));
         }
     }

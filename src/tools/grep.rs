@@ -21,9 +21,9 @@ use ignore::WalkState;
 use serde_json::json;
 
 use super::args::Args;
-use super::read::{count, group};
 use super::{Invocation, Target, Tool, ToolEnv, ToolError, blocking};
 use crate::policy::{Level, reference_default};
+use crate::text::{count, group};
 use crate::workspace::walk::{self, Visibility};
 
 pub struct GrepSearch;

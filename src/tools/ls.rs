@@ -9,9 +9,10 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::args::Args;
-use super::read::{group, resolve};
+use super::read::resolve;
 use super::{Access, Invocation, Target, Tool, ToolEnv, ToolError, blocking};
 use crate::policy::{Level, reference_default};
+use crate::text::group;
 use crate::workspace::walk::{self, Visibility};
 use crate::workspace::{PathError, WorkspacePath};
 

@@ -29,6 +29,7 @@ use crate::config::ToolsConfig;
 use crate::policy::Level;
 use crate::workspace::{Workspace, WorkspacePath};
 
+use crate::text::floor_char_boundary;
 pub use registry::Registry;
 
 /// What a tool call acts on, as the policy sees it.
@@ -229,18 +230,6 @@ pub fn fit_budget(text: String, budget: usize, how_to_get_more: &str) -> String 
         text.len()
     ));
     out
-}
-
-/// The largest index `<= i` that is a char boundary of `s`.
-pub fn floor_char_boundary(s: &str, i: usize) -> usize {
-    if i >= s.len() {
-        return s.len();
-    }
-    let mut i = i;
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 /// All built-in tools toolpilot executes itself, in the order they are offered.

@@ -175,7 +175,7 @@ fn render_part(
     let start = byte_at(text, offset);
     // The largest end that fits both limits.
     let mut end = byte_at(text, offset + page_chars).min(start + max_bytes);
-    end = crate::tools::floor_char_boundary(text, end);
+    end = crate::text::floor_char_boundary(text, end);
     if end < text.len() {
         // Prefer ending at a paragraph, else a line, in the last quarter of the part.
         let part = &text[start..end];

@@ -490,7 +490,7 @@ pub fn invent_id() -> String {
 }
 
 fn preview(s: &str) -> &str {
-    &s[..crate::tools::floor_char_boundary(s, 200)]
+    &s[..crate::text::floor_char_boundary(s, 200)]
 }
 
 #[cfg(test)]

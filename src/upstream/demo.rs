@@ -215,7 +215,7 @@ fn text_of(content: Option<&Value>) -> String {
 }
 
 fn clip(s: &str, max: usize) -> String {
-    crate::tools::args::preview(s, max)
+    crate::text::preview(s, max)
 }
 
 #[cfg(test)]

@@ -740,7 +740,7 @@ fn status_message(status: u16, body: &[u8]) -> String {
             .unwrap_or("no message")
             .to_string()
     } else {
-        text[..crate::tools::floor_char_boundary(text, 500)].to_string()
+        text[..crate::text::floor_char_boundary(text, 500)].to_string()
     }
 }
 

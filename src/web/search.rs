@@ -137,7 +137,7 @@ impl Searcher {
             format!(
                 "the answer of the search provider ({label}) is not the JSON expected ({e}; it \
                  starts with {:?}). {}",
-                crate::tools::args::preview(&String::from_utf8_lossy(&body), 80),
+                crate::text::preview(&String::from_utf8_lossy(&body), 80),
                 if c.provider == SearchProvider::Searxng {
                     "SearXNG answers JSON only when `json` is listed in search.formats of its \
                      settings.yml"
