@@ -1506,15 +1506,7 @@ fn last_user_text(messages: &[Value]) -> String {
         .iter()
         .rev()
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-        .map(|m| match m.get("content") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(parts)) => parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join(" "),
-            _ => String::new(),
-        })
+        .map(|m| crate::text::content_text(m.get("content"), " "))
         .unwrap_or_default()
 }
 

@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use crate::bounded::{self, Links};
 use crate::openai::{ToolCall, Usage};
+use crate::text::content_text;
 
 /// A call of the paused round that needs approval.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -95,18 +96,6 @@ pub struct PauseStore {
     key: OnceLock<Result<hmac::Key, String>>,
 }
 
-fn text_of(msg: &Value) -> String {
-    match msg.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(" "),
-        _ => String::new(),
-    }
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -128,7 +117,12 @@ pub fn conversation_id(messages: &[Value]) -> String {
             .flatten()
             .map(|c| json!([c.get("id"), c.pointer("/function/name")]))
             .collect();
-        let item = json!([role, text_of(m), m.get("tool_call_id"), calls]);
+        let item = json!([
+            role,
+            content_text(m.get("content"), " "),
+            m.get("tool_call_id"),
+            calls
+        ]);
         h.update(item.to_string().as_bytes());
         h.update(b"\n");
     }
@@ -377,7 +371,7 @@ impl PauseStore {
         if messages[at].get("role").and_then(Value::as_str) != Some("assistant") {
             return None;
         }
-        let text = text_of(&messages[at]);
+        let text = content_text(messages[at].get("content"), " ");
         let found = text.rfind(MARKER)?;
         let token: String = text[found + MARKER.len()..]
             .chars()
@@ -387,7 +381,7 @@ impl PauseStore {
         let path = self.path(id)?;
         Some(
             self.check(id, tag, &path, &text, &messages[..at])
-                .map(|p| (p, parse_reply(&text_of(last)))),
+                .map(|p| (p, parse_reply(&content_text(last.get("content"), " ")))),
         )
     }
 

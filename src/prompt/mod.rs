@@ -23,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+use crate::text::content_text;
 use crate::workspace::Workspace;
 use crate::workspace::walk::{self, Visibility};
 use rules::{Kind, Rules};
@@ -309,7 +310,7 @@ impl RunPrompt {
         let client_system = messages
             .first()
             .filter(|m| is_system(m))
-            .map(message_text)
+            .map(|m| content_text(m.get("content"), "\n"))
             .unwrap_or_default();
         let rules = &self.snapshot.rules;
         let mut now: Vec<(usize, Option<String>)> = self.applied.clone();
@@ -391,19 +392,6 @@ fn is_system(m: &Value) -> bool {
         m.get("role").and_then(Value::as_str),
         Some("system" | "developer")
     )
-}
-
-/// The text of a message (string content, or its text parts joined).
-fn message_text(m: &Value) -> String {
-    match m.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
 }
 
 /// How [`splice_system`] changed a conversation, for [`unsplice_system`].
@@ -497,7 +485,7 @@ pub fn touched_files(ws: &Workspace, messages: &[Value]) -> Vec<String> {
     for m in &messages[start..] {
         match m.get("role").and_then(Value::as_str) {
             Some("user") => {
-                let text = message_text(m);
+                let text = content_text(m.get("content"), "\n");
                 let mut candidates = 0;
                 for line in text.lines() {
                     if let Some(info) = line.trim_start().strip_prefix("```") {

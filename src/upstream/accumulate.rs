@@ -255,7 +255,7 @@ impl Accumulator {
                 }
             }
         }
-        let text = content_text(delta.get("content"));
+        let text = crate::text::content_text(delta.get("content"), "");
         if !text.is_empty() {
             let shown = self.text_calls.push(&text);
             if !shown.is_empty() {
@@ -452,18 +452,6 @@ fn merge_name(acc: &mut String, frag: &str) {
         *acc = frag.to_string();
     } else if !acc.starts_with(frag) {
         acc.push_str(frag);
-    }
-}
-
-/// `content` as text: a string, or the text parts of an array.
-fn content_text(v: Option<&Value>) -> String {
-    match v {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect(),
-        _ => String::new(),
     }
 }
 

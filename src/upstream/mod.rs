@@ -469,7 +469,7 @@ impl HttpUpstream {
         }
         UpstreamError::Connect {
             url: self.cfg.base_url.to_string(),
-            reason: error_chain(e),
+            reason: crate::text::error_chain(e),
         }
     }
 
@@ -665,7 +665,7 @@ impl HttpRound {
                         secs: self.idle.as_secs_f64(),
                     });
                 }
-                Ok(Some(Err(e))) => return Err(UpstreamError::Body(error_chain(&e))),
+                Ok(Some(Err(e))) => return Err(UpstreamError::Body(crate::text::error_chain(&e))),
                 Ok(None) => self.ended = true,
                 Ok(Some(Ok(bytes))) => {
                     self.received += bytes.len();
@@ -742,20 +742,6 @@ fn status_message(status: u16, body: &[u8]) -> String {
     } else {
         text[..crate::text::floor_char_boundary(text, 500)].to_string()
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        let t = inner.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = inner.source();
-    }
-    s
 }
 
 /// The vectors of an OpenAI embeddings response (`data[].embedding`, ordered by `index`).
