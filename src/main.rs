@@ -131,8 +131,8 @@ fn main() -> ExitCode {
         }
     }
     let cli = Cli::parse();
-    toolpilot::install_crypto_provider();
-    toolpilot::raise_fd_limit();
+    toolpilot::process::install_crypto_provider();
+    toolpilot::process::raise_fd_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

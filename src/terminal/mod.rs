@@ -246,7 +246,7 @@ impl Terminal {
                 deny_read: self.config.deny_read.clone(),
                 network: self.config.network,
                 unshare,
-                nofile: crate::original_nofile(),
+                nofile: crate::process::original_nofile(),
                 report: Some(report_path(tmp)),
                 argv: vec![self.config.shell.clone(), "-c".into(), command.into()],
             },

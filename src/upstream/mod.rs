@@ -285,7 +285,7 @@ pub struct HttpRound {
 
 impl HttpUpstream {
     pub fn new(cfg: UpstreamConfig) -> Result<HttpUpstream, String> {
-        crate::install_crypto_provider();
+        crate::process::install_crypto_provider();
         let chat_url = cfg
             .base_url
             .join("chat/completions")

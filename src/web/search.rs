@@ -41,7 +41,7 @@ impl Searcher {
                 config.api_key_env.as_deref().unwrap_or("(none)")
             ));
         }
-        crate::install_crypto_provider();
+        crate::process::install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(config.timeout.min(Duration::from_secs(10)))
             .timeout(config.timeout)
