@@ -39,13 +39,14 @@ use crate::openai::{
     ChatRequest, ToolCall, Usage, assistant_message, tool_message, tool_spec_name,
 };
 use crate::policy::Policy;
+use crate::policy::Target;
 use crate::runs::Runs;
 use crate::terminal::Terminal;
 use crate::tools::edit::ApplyModel;
 use crate::tools::registry::{
     Approval, Approver, Ask, Grant, NoApprover, Outcome, Status, person_only_refusal,
 };
-use crate::tools::{Registry, Target, ToolEnv, spec_json_for};
+use crate::tools::{Registry, ToolEnv, spec_json_for};
 use crate::upstream::accumulate::{Accumulator, Piece, Round};
 use crate::upstream::route::{Route, Upstreams};
 use crate::upstream::{Hints, RequestBody, UpstreamError, demo};

@@ -16,10 +16,11 @@ use globset::{GlobBuilder, GlobMatcher};
 use crate::config::PolicyConfig;
 pub mod command;
 mod paths;
+mod target;
 
 pub use paths::WorkspaceJudge;
+pub use target::{Access, Target};
 
-use crate::tools::Target;
 use crate::workspace::Workspace;
 use command::{Assessment, Class, CommandPolicy, PathJudge, UserRule, Verdict};
 
@@ -672,7 +673,6 @@ fn parse_rule(text: &str) -> Result<(String, Option<Spec>), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::Access;
 
     fn ws() -> (tempfile::TempDir, Workspace) {
         let tmp = tempfile::tempdir().unwrap();

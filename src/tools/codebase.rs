@@ -9,10 +9,11 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::args::Args;
-use super::{Access, Invocation, Target, Tool, ToolEnv, ToolError, blocking};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
 use crate::code::index::render_snippet;
 use crate::code::symbols::{self, Lang, MAX_PARSE_BYTES};
 use crate::code::{embed_text, rerank};
+use crate::policy::{Access, Target};
 use crate::policy::{Level, reference_default};
 use crate::text::group;
 use crate::workspace::walk::{self, Visibility};

@@ -14,9 +14,10 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 use super::args::Args;
-use super::{Access, Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
 use crate::edit::textfile::{TextFile, normalize_input};
 use crate::edit::{blocks, lazy, matching, render, udiff};
+use crate::policy::Access;
 use crate::policy::{Level, reference_default};
 use crate::workspace::write::{CreateError, Version};
 use crate::workspace::{PathError, WorkspacePath};

@@ -21,7 +21,8 @@ use ignore::WalkState;
 use serde_json::json;
 
 use super::args::Args;
-use super::{Invocation, Target, Tool, ToolEnv, ToolError, blocking};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
+use crate::policy::Target;
 use crate::policy::{Level, reference_default};
 use crate::text::{count, group};
 use crate::workspace::walk::{self, Visibility};

@@ -27,46 +27,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ToolsConfig;
 use crate::policy::Level;
+use crate::policy::{Access, Target};
 use crate::workspace::{Workspace, WorkspacePath};
 
 use crate::text::floor_char_boundary;
 pub use registry::Registry;
-
-/// What a tool call acts on, as the policy sees it.
-#[derive(Debug, Clone)]
-pub enum Target {
-    /// A file or directory in the workspace, and what the tool does with it.
-    Path { path: WorkspacePath, access: Access },
-    /// A search pattern (grep query, glob).
-    Pattern(String),
-    /// A command line for `run_terminal_command`, and whether it would run sandboxed.
-    Command { line: String, sandboxed: bool },
-    /// A web address (`fetch_url_content`): the whole URL and its host, lower-case.
-    Url { url: String, host: String },
-}
-
-/// What a tool does with a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Names only (ls, view_subdirectory).
-    List,
-    /// Reads the content.
-    Read,
-    /// Creates the file without reading anything.
-    Write,
-    /// Reads and rewrites the content.
-    Edit,
-}
-
-impl Access {
-    pub fn reads(self) -> bool {
-        matches!(self, Access::Read | Access::Edit)
-    }
-
-    pub fn writes(self) -> bool {
-        matches!(self, Access::Write | Access::Edit)
-    }
-}
 
 /// The policy targets of acting on `path`: the path as named and, when it goes through
 /// in-workspace symlinks, the file it really is (so a link to `.env` is treated like `.env`).

@@ -12,8 +12,9 @@ use std::io::{BufRead, BufReader, Read};
 use serde_json::json;
 
 use super::args::Args;
-use super::{Access, Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
 use crate::bounded::{self, Rest};
+use crate::policy::Access;
 use crate::policy::{Level, reference_default};
 use crate::text::{SNIFF_BYTES, binary_kind, group};
 use crate::workspace::{PathError, Workspace, WorkspacePath};

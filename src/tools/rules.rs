@@ -9,7 +9,8 @@
 use serde_json::{Value, json};
 
 use super::args::Args;
-use super::{Access, Invocation, Target, Tool, ToolEnv, ToolError, blocking};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
+use crate::policy::{Access, Target};
 use crate::policy::{Level, reference_default};
 use crate::prompt::rules::{Origin, parse_rule, rule_markdown, sanitize_rule_name};
 use crate::prompt::{Snapshot, skills};

@@ -10,7 +10,8 @@ use serde_json::json;
 
 use super::args::Args;
 use super::read::resolve;
-use super::{Access, Invocation, Target, Tool, ToolEnv, ToolError, blocking};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
+use crate::policy::{Access, Target};
 use crate::policy::{Level, reference_default};
 use crate::text::group;
 use crate::workspace::walk::{self, Visibility};

@@ -15,8 +15,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::args::Args;
-use super::{Invocation, Target, Tool, ToolEnv, ToolError};
+use super::{Invocation, Tool, ToolEnv, ToolError};
 use crate::checkpoint::tree::{BlobError, Shadow};
+use crate::policy::Target;
 use crate::policy::{Level, reference_default};
 use crate::terminal::exec::{self, Ended};
 use crate::terminal::guard::{Guard, Report};

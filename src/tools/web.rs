@@ -11,7 +11,8 @@ use serde_json::json;
 use url::Url;
 
 use super::args::Args;
-use super::{Invocation, Target, Tool, ToolEnv, ToolError};
+use super::{Invocation, Tool, ToolEnv, ToolError};
+use crate::policy::Target;
 use crate::policy::{Level, reference_default};
 use crate::web::fetch::human_bytes;
 
