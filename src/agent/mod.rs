@@ -53,7 +53,6 @@ use crate::upstream::{Hints, RequestBody, UpstreamError, demo};
 use crate::workspace::Workspace;
 
 pub mod context;
-pub use context::is_overflow as is_context_overflow;
 pub mod detach;
 mod handoff;
 pub mod pause;
@@ -780,7 +779,7 @@ impl Run<'_> {
                     Err(RoundFailure::Overflow(e)) if !overflowed => {
                         overflowed = true;
                         let msg = e.to_string();
-                        let learned = context::window_in_message(&msg);
+                        let learned = crate::upstream::overflow::window_in_message(&msg);
                         if let Some(w) = learned {
                             route.endpoint.learn_window(&route.model, w);
                         }

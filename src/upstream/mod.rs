@@ -11,6 +11,7 @@ pub mod accumulate;
 pub mod body;
 pub mod demo;
 pub mod ollama;
+pub mod overflow;
 pub mod route;
 pub mod sse;
 pub mod textcalls;
@@ -85,7 +86,7 @@ impl UpstreamError {
                 message,
                 ..
             }
-            | UpstreamError::InStream(message) => crate::agent::is_context_overflow(message),
+            | UpstreamError::InStream(message) => overflow::is_overflow(message),
             _ => false,
         }
     }
