@@ -419,11 +419,11 @@ impl Engine {
             Err(e) => match &self.config.agent.model {
                 // The upstream has no list (or failed): show the configured model.
                 Some(m) => {
-                    tracing::warn!(error = %e.message, "upstream GET /models failed; listing the configured model");
+                    tracing::warn!(error = %e, "upstream GET /models failed; listing the configured model");
                     Ok(serde_json::json!({"object": "list", "data": [
                         {"id": m, "object": "model", "created": 0, "owned_by": "upstream"}]}))
                 }
-                None => Err(e),
+                None => Err(ApiError::from(&e)),
             },
         }
     }
@@ -660,7 +660,7 @@ impl Run<'_> {
         let mut route = engine
             .upstreams
             .route(requested.as_deref())
-            .map_err(RunError::Api)?;
+            .map_err(|e| RunError::Api(e.into()))?;
         let shown_model = engine.shown_model(&req);
         if engine.upstreams.is_demo() {
             tracing::warn!("no upstream configured: the built-in demo model answers this run");
@@ -689,7 +689,7 @@ impl Run<'_> {
                 Ok(route) => env.embedder = Some(Arc::new(UpstreamEmbed { route })),
                 Err(e) => tracing::warn!(
                     model = %m,
-                    error = %e.message,
+                    error = %e,
                     "codebase.embeddings_model is not routable; results are not re-ranked"
                 ),
             }
@@ -796,7 +796,7 @@ impl Run<'_> {
                         );
                     }
                     Err(RoundFailure::Overflow(e)) => {
-                        return Err(RunError::Api(e.to_api_error()));
+                        return Err(RunError::Api(ApiError::from(&e)));
                     }
                     Err(RoundFailure::Unavailable(e)) => {
                         let next = engine
@@ -806,7 +806,7 @@ impl Run<'_> {
                             .chain(engine.upstreams.fallbacks(&route))
                             .find(|r| !tried.contains(&r.endpoint.name));
                         let Some(next) = next else {
-                            return Err(RunError::Api(e.to_api_error()));
+                            return Err(RunError::Api(ApiError::from(&e)));
                         };
                         tracing::warn!(error = %e, from = %route.endpoint.name, to = %next.endpoint.name, "upstream unavailable; falling back");
                         engine.runs.event(
@@ -1171,7 +1171,7 @@ impl Run<'_> {
                     if unavailable {
                         return Err(RoundFailure::Unavailable(e));
                     }
-                    return Err(RoundFailure::Fatal(RunError::Api(e.to_api_error())));
+                    return Err(RoundFailure::Fatal(RunError::Api(ApiError::from(&e))));
                 }
             }
         }

@@ -36,7 +36,7 @@ pub async fn chat_completions(
     };
     let mut req = match ChatRequest::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(e) => return ApiError::from(e).into_response(),
     };
     if req.current_file.is_none() {
         req.current_file = headers

@@ -3,7 +3,8 @@
 //! [`Upstream::start`] sends one round's request and returns once the response has started
 //! (status checked); [`RoundStream::next_data`] then yields SSE data payloads (or a whole JSON
 //! body, for servers that ignore `stream: true`) under the idle and total timeouts. Upstream
-//! HTTP statuses become [`UpstreamError`] values here and nowhere else; whether to retry is
+//! HTTP statuses become [`UpstreamError`] values here and nowhere else (what the client is
+//! told about one is `error.rs`'s business); whether to retry is
 //! the agent's call, because only it knows whether anything reached the client yet. This
 //! module never touches the filesystem.
 
@@ -21,11 +22,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use axum::http::StatusCode;
 use serde_json::Value;
 
 use crate::config::{UpstreamConfig, UpstreamKind};
-use crate::error::ApiError;
 pub use body::RequestBody;
 use sse::SseDecoder;
 
@@ -105,28 +104,6 @@ impl UpstreamError {
         match self {
             UpstreamError::Status { retry_after, .. } => *retry_after,
             _ => None,
-        }
-    }
-
-    /// The error a client sees: the upstream's message, with 429, 502 or 504.
-    pub fn to_api_error(&self) -> ApiError {
-        let message = self.to_string();
-        match self {
-            UpstreamError::Status { status: 429, .. } => {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
-                    .with_code("upstream_rate_limited")
-            }
-            UpstreamError::Status { status, .. } if matches!(*status, 400 | 404 | 413 | 422) => {
-                let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY);
-                ApiError::new(code, "invalid_request_error", message)
-                    .with_code("upstream_rejected_request")
-            }
-            UpstreamError::Timeout { .. } => {
-                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "upstream_error", message)
-                    .with_code("upstream_timeout")
-            }
-            _ => ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
-                .with_code("upstream_error"),
         }
     }
 }
@@ -735,7 +712,7 @@ fn status_message(status: u16, body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
     if text.is_empty() {
-        StatusCode::from_u16(status)
+        reqwest::StatusCode::from_u16(status)
             .ok()
             .and_then(|s| s.canonical_reason())
             .unwrap_or("no message")

@@ -61,7 +61,7 @@ pub async fn create(
     };
     let mut req = match ResponsesRequest::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(e) => return ApiError::from(e).into_response(),
     };
     if let Some(prev) = req.previous_response_id.clone() {
         let Some(prior) = store.get(&prev) else {
@@ -79,7 +79,7 @@ pub async fn create(
             .into_response();
         };
         if let Err(e) = req.with_prior(&prior) {
-            return e.into_response();
+            return ApiError::from(e).into_response();
         }
     }
     if req.chat.current_file.is_none() {
