@@ -18,7 +18,6 @@ use super::{Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
 use crate::edit::textfile::{TextFile, normalize_input};
 use crate::edit::{blocks, lazy, matching, render, udiff};
 use crate::policy::Access;
-use crate::policy::{Level, reference_default};
 use crate::workspace::write::{CreateError, Version};
 use crate::workspace::{PathError, WorkspacePath};
 
@@ -199,9 +198,6 @@ impl Tool for CreateNewFile {
     fn read_only(&self) -> bool {
         false
     }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
-    }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args.string("filepath")?;
         let contents = match args.get("contents") {
@@ -362,9 +358,6 @@ impl Tool for SingleFindAndReplace {
     fn read_only(&self) -> bool {
         false
     }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
-    }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         prepare_edit(args, env, find_replace_compute(args)?)
     }
@@ -386,9 +379,6 @@ impl Tool for MultiEdit {
     fn read_only(&self) -> bool {
         false
     }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
-    }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         prepare_edit(args, env, multi_edit_compute(args)?)
     }
@@ -409,9 +399,6 @@ impl Tool for SearchAndReplaceInFile {
     fn read_only(&self) -> bool {
         false
     }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
-    }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         prepare_edit(args, env, blocks_compute(args)?)
     }
@@ -431,9 +418,6 @@ impl Tool for EditExistingFile {
     }
     fn read_only(&self) -> bool {
         false
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let (Some(raw), Some(changes)) = (args.opt_string("filepath")?, args.get("changes")) else {

@@ -16,7 +16,6 @@ use serde_json::json;
 use super::args::Args;
 use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
 use crate::policy::Target;
-use crate::policy::{Level, reference_default};
 use crate::text::{count, group};
 use crate::workspace::walk::{self, Visibility};
 
@@ -35,9 +34,6 @@ impl Tool for FileGlobSearch {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let pattern = args.string("pattern")?;

@@ -23,7 +23,6 @@ use serde_json::json;
 use super::args::Args;
 use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
 use crate::policy::Target;
-use crate::policy::{Level, reference_default};
 use crate::text::{count, group};
 use crate::workspace::walk::{self, Visibility};
 
@@ -45,9 +44,6 @@ impl Tool for GrepSearch {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let query = args.string("query")?;

@@ -12,7 +12,6 @@ use super::args::Args;
 use super::read::resolve;
 use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
 use crate::policy::{Access, Target};
-use crate::policy::{Level, reference_default};
 use crate::text::group;
 use crate::workspace::walk::{self, Visibility};
 use crate::workspace::{PathError, WorkspacePath};
@@ -36,9 +35,6 @@ impl Tool for Ls {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args

@@ -26,7 +26,6 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ToolsConfig;
-use crate::policy::Level;
 use crate::policy::{Access, Target};
 use crate::workspace::{Workspace, WorkspacePath};
 
@@ -129,8 +128,6 @@ pub trait Tool: Send + Sync {
     fn parameters(&self) -> serde_json::Value;
     /// Read-only tools may run concurrently with each other within a round.
     fn read_only(&self) -> bool;
-    /// The default policy, from the reference.
-    fn default_policy(&self) -> Level;
     /// Checks the arguments and resolves paths; returns the targets and the work to do.
     fn prepare(&self, args: &args::Args, env: &ToolEnv) -> Result<Invocation, ToolError>;
 }

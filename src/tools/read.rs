@@ -15,7 +15,6 @@ use super::args::Args;
 use super::{Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
 use crate::bounded::{self, Rest};
 use crate::policy::Access;
-use crate::policy::{Level, reference_default};
 use crate::text::{SNIFF_BYTES, binary_kind, group};
 use crate::workspace::{PathError, Workspace, WorkspacePath};
 
@@ -36,9 +35,6 @@ impl Tool for ReadFile {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args.string("filepath")?;
@@ -67,9 +63,6 @@ impl Tool for ReadFileRange {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args.string("filepath")?;
@@ -112,9 +105,6 @@ impl Tool for ReadCurrentlyOpenFile {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, _args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let Some(raw) = env.current_file.clone() else {

@@ -18,7 +18,6 @@ use super::args::Args;
 use super::{Invocation, Tool, ToolEnv, ToolError};
 use crate::checkpoint::tree::{BlobError, Shadow};
 use crate::policy::Target;
-use crate::policy::{Level, reference_default};
 use crate::terminal::exec::{self, Ended};
 use crate::terminal::guard::{Guard, Report};
 use crate::terminal::jobs::JobState;
@@ -46,9 +45,6 @@ impl Tool for RunTerminalCommand {
     }
     fn read_only(&self) -> bool {
         false
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let command = args.string("command")?;
@@ -472,9 +468,6 @@ impl Tool for CheckBackgroundJob {
     fn read_only(&self) -> bool {
         true
     }
-    fn default_policy(&self) -> Level {
-        Level::Allow
-    }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let job = job_arg(args, env)?;
         Ok(Invocation {
@@ -497,9 +490,6 @@ impl Tool for StopBackgroundJob {
     }
     fn read_only(&self) -> bool {
         false
-    }
-    fn default_policy(&self) -> Level {
-        Level::Allow
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let job = job_arg(args, env)?;

@@ -13,7 +13,6 @@ use url::Url;
 use super::args::Args;
 use super::{Invocation, Tool, ToolEnv, ToolError};
 use crate::policy::Target;
-use crate::policy::{Level, reference_default};
 use crate::web::fetch::human_bytes;
 
 pub struct FetchUrlContent;
@@ -39,9 +38,6 @@ impl Tool for FetchUrlContent {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args.string("url")?.trim().to_string();
@@ -233,9 +229,6 @@ impl Tool for SearchWeb {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let query = args.string("query")?.trim().to_string();
