@@ -1,0 +1,37 @@
+//! `[codebase]`: the code index and its re-ranking.
+
+use serde::Deserialize;
+
+use super::{ConfigError, err, positive, secs};
+use crate::code::index::CodebaseConfig;
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CodebaseFile {
+    pub(super) max_results: Option<usize>,
+    pub(super) max_file_bytes: Option<u64>,
+    pub(super) wait_secs: Option<f64>,
+    pub(super) embeddings_model: Option<String>,
+    pub(super) rerank_candidates: Option<usize>,
+}
+
+/// `exclude` is `tools.search_exclude`, which the index honours too.
+pub(super) fn resolve(cf: CodebaseFile, exclude: &[String]) -> Result<CodebaseConfig, ConfigError> {
+    let cd = CodebaseConfig::default();
+    Ok(CodebaseConfig {
+        max_results: positive("codebase.max_results", cf.max_results, cd.max_results)?,
+        max_file_bytes: match cf.max_file_bytes {
+            Some(0) => return Err(err("codebase.max_file_bytes must be greater than 0")),
+            Some(n) => n,
+            None => cd.max_file_bytes,
+        },
+        wait: secs("codebase.wait_secs", cf.wait_secs, cd.wait.as_secs_f64())?,
+        embeddings_model: cf.embeddings_model.filter(|m| !m.trim().is_empty()),
+        rerank_candidates: positive(
+            "codebase.rerank_candidates",
+            cf.rerank_candidates,
+            cd.rerank_candidates,
+        )?,
+        exclude: exclude.to_vec(),
+    })
+}
