@@ -2,8 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{ConfigError, err};
-use crate::policy::known_tool_names;
+use super::{ConfigError, err, known_tool_names};
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {

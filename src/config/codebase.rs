@@ -1,9 +1,40 @@
 //! `[codebase]`: the code index and its re-ranking.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use super::{ConfigError, err, positive, secs};
-use crate::code::index::CodebaseConfig;
+
+/// `[codebase]` configuration.
+#[derive(Debug, Clone)]
+pub struct CodebaseConfig {
+    /// Snippets returned per query.
+    pub max_results: usize,
+    /// Files larger than this are not indexed.
+    pub max_file_bytes: u64,
+    /// How long a query waits for a running build or refresh.
+    pub wait: Duration,
+    /// Model for `/v1/embeddings` re-ranking (none: BM25 only).
+    pub embeddings_model: Option<String>,
+    /// BM25 candidates re-ranked with embeddings.
+    pub rerank_candidates: usize,
+    /// Globs skipped in addition to the walk's rules (`tools.search_exclude`).
+    pub exclude: Vec<String>,
+}
+
+impl Default for CodebaseConfig {
+    fn default() -> Self {
+        CodebaseConfig {
+            max_results: 8,
+            max_file_bytes: 1024 * 1024,
+            wait: Duration::from_secs(3),
+            embeddings_model: None,
+            rerank_candidates: 30,
+            exclude: Vec::new(),
+        }
+    }
+}
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]

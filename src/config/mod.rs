@@ -25,15 +25,22 @@ mod terminal;
 mod tools;
 mod upstream;
 mod web;
+mod workspace;
 
 pub use agent::AgentConfig;
 pub use approvals::{ApprovalMode, ApprovalsConfig};
-pub use policy::{CommandRuleConfig, PolicyConfig};
+pub use codebase::CodebaseConfig;
+pub use policy::{
+    CommandRuleConfig, DEFAULT_PROTECTED, Level, PolicyConfig, REFERENCE_TOOLS, WritesSwitch,
+    known_tool_names,
+};
+pub use prompt::PromptConfig;
 pub use server::{AdminToken, Progress, ServerConfig};
 pub use terminal::{DEFAULT_DENY_READ, TerminalConfig};
 pub use tools::ToolsConfig;
 pub use upstream::{Alias, ToolMode, UpstreamConfig, UpstreamKind};
-pub use web::{SearchConfig, SearchProvider, WebConfig};
+pub use web::{AllowEntry, SearchConfig, SearchProvider, WebConfig};
+pub use workspace::DEFAULT_SENSITIVE;
 
 /// Flags shared by `serve`, `run` and `tools`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -84,9 +91,9 @@ pub struct Config {
     /// `terminal.scrub_env`. Tool output never shows them, and no URL or query may carry them.
     pub secrets: Vec<(String, String)>,
     /// The system message, rules and skills (`[prompt]`).
-    pub prompt: crate::prompt::PromptConfig,
+    pub prompt: PromptConfig,
     /// The codebase index (`[codebase]`).
-    pub codebase: crate::code::index::CodebaseConfig,
+    pub codebase: CodebaseConfig,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -182,7 +189,7 @@ impl Config {
             .clone()
             .or(file.workspace)
             .unwrap_or_else(|| PathBuf::from("."));
-        let state_dir = state_dir(args.state_dir.clone().or(file.state_dir), env)?;
+        let state_dir = workspace::state_dir(args.state_dir.clone().or(file.state_dir), env)?;
         let server = server::resolve(file.server.unwrap_or_default(), env)?;
         let u = file.upstream.unwrap_or_default();
         let (upstreams, aliases) = upstream::resolve(
@@ -200,12 +207,9 @@ impl Config {
         let terminal = terminal::resolve(tf, env, &state_dir)?;
         // Rules are parsed here so that a bad rule stops start-up with its key named.
         crate::policy::Policy::new(&policy).map_err(err)?;
-        let sensitive_files = file.sensitive_files.unwrap_or_else(|| {
-            crate::workspace::DEFAULT_SENSITIVE
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
-        });
+        let sensitive_files = file
+            .sensitive_files
+            .unwrap_or_else(|| DEFAULT_SENSITIVE.iter().map(|s| s.to_string()).collect());
         Ok(Config {
             approvals: approvals::resolve(file.approvals.unwrap_or_default())?,
             web: web::resolve(file.web.unwrap_or_default(), env)?,
@@ -224,23 +228,6 @@ impl Config {
             secrets: Vec::new(),
         })
     }
-}
-
-/// `state_dir`: as configured, else `$XDG_STATE_HOME/toolpilot`, else
-/// `~/.local/state/toolpilot`.
-fn state_dir(configured: Option<PathBuf>, env: &Env<'_>) -> Result<PathBuf, ConfigError> {
-    Ok(match configured {
-        Some(d) => d,
-        None => match (env("XDG_STATE_HOME"), env("HOME")) {
-            (Some(x), _) => PathBuf::from(x).join("toolpilot"),
-            (None, Some(h)) => PathBuf::from(h).join(".local/state/toolpilot"),
-            (None, None) => {
-                return Err(err(
-                    "state_dir: neither XDG_STATE_HOME nor HOME is set; pass --state-dir DIR",
-                ));
-            }
-        },
-    })
 }
 
 fn positive(key: &str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {

@@ -9,8 +9,146 @@ use serde::Deserialize;
 
 use super::terminal::TerminalFile;
 use super::{ConfigError, err};
-use crate::policy::command::WritesSwitch;
-use crate::policy::{DEFAULT_PROTECTED, Level, known_tool_names};
+
+/// A tool's base policy, in Continue's vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// `allowedWithoutPermission`
+    Allow,
+    /// `allowedWithPermission`
+    Ask,
+    /// `disabled`: never offered to the model, calls refused.
+    Disabled,
+}
+
+impl Default for Level {
+    /// Unknown means ask.
+    fn default() -> Self {
+        Level::Ask
+    }
+}
+
+impl Level {
+    pub fn parse(s: &str) -> Option<Level> {
+        match s {
+            "allowedWithoutPermission" | "allow" => Some(Level::Allow),
+            "allowedWithPermission" | "ask" => Some(Level::Ask),
+            "disabled" | "deny" => Some(Level::Disabled),
+            _ => None,
+        }
+    }
+
+    /// Continue's name for the level.
+    pub fn as_continue(self) -> &'static str {
+        match self {
+            Level::Allow => "allowedWithoutPermission",
+            Level::Ask => "allowedWithPermission",
+            Level::Disabled => "disabled",
+        }
+    }
+}
+
+/// Every tool name of Continue's reference, with its default policy and whether it is
+/// read-only. The single source of the defaults.
+pub const REFERENCE_TOOLS: &[(&str, Level)] = &[
+    ("read_file", Level::Allow),
+    ("read_file_range", Level::Allow),
+    ("read_currently_open_file", Level::Ask),
+    ("create_new_file", Level::Ask),
+    ("edit_existing_file", Level::Ask),
+    ("single_find_and_replace", Level::Ask),
+    ("multi_edit", Level::Ask),
+    ("search_and_replace_in_file", Level::Ask),
+    ("grep_search", Level::Allow),
+    ("file_glob_search", Level::Allow),
+    ("search_web", Level::Allow),
+    ("view_diff", Level::Allow),
+    ("ls", Level::Allow),
+    ("create_rule_block", Level::Disabled),
+    ("request_rule", Level::Disabled),
+    ("fetch_url_content", Level::Ask),
+    ("codebase", Level::Ask),
+    ("run_terminal_command", Level::Ask),
+    ("read_skill", Level::Ask),
+    ("view_repo_map", Level::Ask),
+    ("view_subdirectory", Level::Ask),
+    // toolpilot's own additions, for background jobs of run_terminal_command.
+    ("check_background_job", Level::Allow),
+    ("stop_background_job", Level::Allow),
+];
+
+pub fn known_tool_names() -> Vec<&'static str> {
+    REFERENCE_TOOLS.iter().map(|(n, _)| *n).collect()
+}
+
+/// `policy.command_writes`: whether commands that write files inside the workspace run
+/// without approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WritesSwitch {
+    #[default]
+    Ask,
+    Allow,
+}
+
+/// Paths inside the workspace that are not written without a person's approval. Patterns
+/// with `/` are matched against the whole workspace-relative path (`**/` makes them apply
+/// in every subfolder, where a nested repository or a tool opened on a subfolder reads them
+/// too); patterns without `/` match a file name anywhere. Configurable as `policy.protected`.
+pub const DEFAULT_PROTECTED: &[&str] = &[
+    // git: a repository's control files run programs (hooks, fsmonitor, filters, pagers).
+    "**/.git",
+    "**/.git/**",
+    ".gitattributes",
+    ".gitmodules",
+    ".lfsconfig",
+    "**/.husky/**",
+    ".huskyrc",
+    ".pre-commit-config.yaml",
+    "lefthook.yml",
+    ".lefthook.yml",
+    // CI definitions run on the next push.
+    "**/.github/workflows/**",
+    "**/.github/actions/**",
+    ".gitlab-ci.yml",
+    // Editors and IDEs: tasks, launch configurations and settings that run programs.
+    "**/.vscode/**",
+    "**/.idea/**",
+    "**/.zed/**",
+    "**/.devcontainer/**",
+    "*.code-workspace",
+    ".editorconfig",
+    // Agents: their settings, hooks, MCP servers, permissions, ignore lists and instructions.
+    "**/.continue/**",
+    ".continueignore",
+    "**/.claude/**",
+    ".mcp.json",
+    "**/.cursor/**",
+    ".cursorignore",
+    ".cursorrules",
+    "**/.codex/**",
+    "**/.gemini/**",
+    "**/.roo/**",
+    "**/.kiro/**",
+    "**/.windsurf/**",
+    "**/.amazonq/**",
+    ".aider.conf.yml",
+    ".windsurfrules",
+    ".clinerules",
+    "AGENTS.md",
+    "CLAUDE.md",
+    "GEMINI.md",
+    "**/.github/copilot-instructions.md",
+    // Package managers and shells: settings that name programs to run.
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    "**/.cargo/config",
+    "**/.cargo/config.toml",
+    "mise.toml",
+    ".mise.toml",
+    ".env*",
+    ".envrc",
+];
 
 #[derive(Debug, Clone, Default)]
 pub struct PolicyConfig {
@@ -27,7 +165,7 @@ pub struct PolicyConfig {
     pub command_defaults: bool,
     /// `policy.command_writes`: whether commands that write files inside the workspace (not
     /// protected paths) run without approval.
-    pub command_writes: crate::policy::command::WritesSwitch,
+    pub command_writes: WritesSwitch,
     /// What an otherwise allowed command becomes without a sandbox.
     pub unsandboxed: Level,
     /// Allow rules from "always allow" answers (not from the config file). They rank above

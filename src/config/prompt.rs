@@ -5,7 +5,33 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::{ConfigError, Env, err};
-use crate::prompt::PromptConfig;
+
+/// `[prompt]` configuration.
+#[derive(Debug, Clone)]
+pub struct PromptConfig {
+    /// Add toolpilot's system message (environment, rules, when to stop).
+    pub system_message: bool,
+    /// Extra text appended to it.
+    pub extra: Option<String>,
+    /// Entries of the top-level listing shown.
+    pub listing_entries: usize,
+    /// The global folder holding `rules/` and `skills/` (`~/.continue` by default).
+    pub global_dir: Option<PathBuf>,
+    /// Read `AGENTS.md` at the workspace root as an always-applied rule.
+    pub agents_md: bool,
+}
+
+impl Default for PromptConfig {
+    fn default() -> Self {
+        PromptConfig {
+            system_message: true,
+            extra: None,
+            listing_entries: 40,
+            global_dir: None,
+            agents_md: true,
+        }
+    }
+}
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]

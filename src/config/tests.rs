@@ -55,14 +55,11 @@ fn the_example_config_loads_and_documents_every_key() {
     let example = include_str!("../../config.example.toml");
     let c = load(example, &[], CommonArgs::default()).unwrap();
     assert_eq!(c.agent.max_rounds, 25);
-    assert_eq!(
-        c.sensitive_files.len(),
-        crate::workspace::DEFAULT_SENSITIVE.len()
-    );
+    assert_eq!(c.sensitive_files.len(), DEFAULT_SENSITIVE.len());
     // The example's protected paths are the defaults, so a copied example protects as much.
     assert_eq!(
         c.policy.protected,
-        crate::policy::DEFAULT_PROTECTED
+        DEFAULT_PROTECTED
             .iter()
             .map(|s| s.to_string())
             .collect::<Vec<_>>()
@@ -177,15 +174,9 @@ fn command_writes_is_ask_or_allow() {
         CommonArgs::default(),
     )
     .unwrap();
-    assert_eq!(
-        c.policy.command_writes,
-        crate::policy::command::WritesSwitch::Allow
-    );
+    assert_eq!(c.policy.command_writes, WritesSwitch::Allow);
     let c = load("", &[], CommonArgs::default()).unwrap();
-    assert_eq!(
-        c.policy.command_writes,
-        crate::policy::command::WritesSwitch::Ask
-    );
+    assert_eq!(c.policy.command_writes, WritesSwitch::Ask);
     let e = load(
         "[policy]\ncommand_writes = \"yes\"\n",
         &[],

@@ -1,11 +1,70 @@
 //! `[web]` and `[web.search]`: how `fetch_url_content` reaches the web, and the search
 //! provider.
 
+use std::net::IpAddr;
 use std::time::Duration;
+
+use ipnet::IpNet;
 
 use serde::Deserialize;
 
 use super::{ConfigError, Env, err, positive, secs};
+
+/// One `web.allow` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowEntry {
+    /// An address or range: any host resolving into it may be reached.
+    Range(IpNet),
+    /// A host name: exactly this host.
+    Host(String),
+    /// `*.example.com`: every subdomain of `example.com` (not `example.com` itself).
+    Subdomains(String),
+}
+
+impl AllowEntry {
+    /// Parses `10.0.0.0/8`, `127.0.0.1`, `::1`, `wiki.corp.example` or `*.corp.example`.
+    pub fn parse(text: &str) -> Result<AllowEntry, String> {
+        let t = text.trim().to_ascii_lowercase();
+        if t.is_empty() {
+            return Err("an entry is empty".into());
+        }
+        if let Ok(net) = t.parse::<IpNet>() {
+            return Ok(AllowEntry::Range(net.trunc()));
+        }
+        let bare = t.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return Ok(AllowEntry::Range(IpNet::from(ip)));
+        }
+        if t.contains('/') {
+            return Err("not a valid address range; write it like 10.0.0.0/8 or fd00::/8".into());
+        }
+        let (wild, name) = match t.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, t.as_str()),
+        };
+        let name = name.trim_end_matches('.');
+        let valid = !name.is_empty()
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            });
+        if !valid {
+            return Err(
+                "not a host name or address; use a name like wiki.corp.example, *.corp.example, \
+                 an address like 127.0.0.1 or a range like 10.0.0.0/8"
+                    .into(),
+            );
+        }
+        Ok(if wild {
+            AllowEntry::Subdomains(name.to_string())
+        } else {
+            AllowEntry::Host(name.to_string())
+        })
+    }
+}
 
 /// `[web]`: how `fetch_url_content` reaches the web, and `[web.search]`.
 #[derive(Debug, Clone)]
@@ -97,8 +156,7 @@ pub(super) fn resolve(w: WebFile, env: &Env<'_>) -> Result<WebConfig, ConfigErro
     let d = WebConfig::default();
     let allow = w.allow.unwrap_or_default();
     for (i, entry) in allow.iter().enumerate() {
-        crate::web::guard::AllowEntry::parse(entry)
-            .map_err(|e| err(format!("web.allow[{i}] {entry:?}: {e}")))?;
+        AllowEntry::parse(entry).map_err(|e| err(format!("web.allow[{i}] {entry:?}: {e}")))?;
     }
     let search = match w.search {
         None => None,

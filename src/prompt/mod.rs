@@ -17,12 +17,12 @@ pub mod skills;
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+pub use crate::config::PromptConfig;
 use crate::text::content_text;
 use crate::workspace::Workspace;
 use crate::workspace::walk::{self, Visibility};
@@ -32,33 +32,6 @@ use skills::Skills;
 /// How long loaded rules, skills and the top-level listing are reused before being read
 /// again.
 pub const SNAPSHOT_TTL: Duration = Duration::from_secs(2);
-
-/// `[prompt]` configuration.
-#[derive(Debug, Clone)]
-pub struct PromptConfig {
-    /// Add toolpilot's system message (environment, rules, when to stop).
-    pub system_message: bool,
-    /// Extra text appended to it.
-    pub extra: Option<String>,
-    /// Entries of the top-level listing shown.
-    pub listing_entries: usize,
-    /// The global folder holding `rules/` and `skills/` (`~/.continue` by default).
-    pub global_dir: Option<PathBuf>,
-    /// Read `AGENTS.md` at the workspace root as an always-applied rule.
-    pub agents_md: bool,
-}
-
-impl Default for PromptConfig {
-    fn default() -> Self {
-        PromptConfig {
-            system_message: true,
-            extra: None,
-            listing_entries: 40,
-            global_dir: None,
-            agents_md: true,
-        }
-    }
-}
 
 /// Rules, skills and the top-level listing as read at one moment.
 #[derive(Debug, Default)]
