@@ -196,7 +196,11 @@ fn main() -> ExitCode {
 }
 
 fn load(common: &CommonArgs) -> Result<Config, String> {
-    Config::load(common).map_err(|e| e.to_string())
+    let config = Config::load(common).map_err(|e| e.to_string())?;
+    // The rules are compiled here too, so that a bad one stops every command (also those
+    // that use no policy) with its key named.
+    toolpilot::policy::Policy::new(&config.policy)?;
+    Ok(config)
 }
 
 async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), String> {

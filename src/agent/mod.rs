@@ -236,14 +236,18 @@ impl Engine {
         let upstreams = Upstreams::from_config(&config)?;
         let checkpoints = Store::new(&config.state_dir, workspace.root());
         let approvals = Arc::new(Approvals::new(checkpoints.dir()));
+        // The configured rules alone first: a bad one is reported with its key, as written.
+        let mut policy = Policy::new(&config.policy)?;
         let mut policy_config = config.policy.clone();
         policy_config.approved = approvals.saved_rules()?;
-        let policy = Policy::new(&policy_config).map_err(|e| {
-            format!(
-                "{e} (policy.approved rules come from {}; remove the bad line there)",
-                approvals.rules_file().display()
-            )
-        })?;
+        if !policy_config.approved.is_empty() {
+            policy = Policy::new(&policy_config).map_err(|e| {
+                format!(
+                    "{e} (policy.approved rules come from {}; remove the bad line there)",
+                    approvals.rules_file().display()
+                )
+            })?;
+        }
         let terminal = Arc::new(Terminal::new(
             config.terminal.clone(),
             config.secret_var_names(),

@@ -205,8 +205,6 @@ impl Config {
         let tf = file.terminal.unwrap_or_default();
         let policy = policy::resolve(file.policy.unwrap_or_default(), &tf)?;
         let terminal = terminal::resolve(tf, env, &state_dir)?;
-        // Rules are parsed here so that a bad rule stops start-up with its key named.
-        crate::policy::Policy::new(&policy).map_err(err)?;
         let sensitive_files = file
             .sensitive_files
             .unwrap_or_else(|| DEFAULT_SENSITIVE.iter().map(|s| s.to_string()).collect());

@@ -1,7 +1,9 @@
 //! `[policy]` (and the policy keys of `[terminal]`): tool levels, rules, protected paths.
 //!
-//! The rules stay text here; `policy::Policy::new` compiles them and names the key of a bad
-//! one.
+//! The rules stay text here: `policy::Policy::new` compiles them and names the key of a bad
+//! one (`policy.deny[0] "read_file(": …`). Whoever turns a `Config` into a running policy
+//! (`Engine::new`, the binary's commands) reports that error, so a bad rule still stops
+//! start-up with its key named, and config needs nothing from `policy`.
 
 use std::collections::BTreeMap;
 
