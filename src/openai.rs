@@ -7,7 +7,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub mod fields;
 pub mod responses;
+
+use fields::{Fields, bool_at, str_at};
 
 /// Why a request body is not a valid request (the server answers 400). Names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -145,87 +148,39 @@ impl ChatRequest {
         ChatRequest::from_map(map)
     }
 
-    pub fn from_map(mut map: Map<String, Value>) -> Result<ChatRequest, RequestError> {
-        let model = match map.remove("model") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s.trim().is_empty() => None,
-            Some(Value::String(s)) => Some(s),
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "model",
-                    format!("`model` must be a string, got {}", kind_of(&other)),
-                ));
-            }
-        };
+    pub fn from_map(map: Map<String, Value>) -> Result<ChatRequest, RequestError> {
+        let mut f = Fields::new(map);
+        let model = f
+            .string("model", "a string")?
+            .filter(|s| !s.trim().is_empty());
 
-        let messages = match map.remove("messages") {
-            None | Some(Value::Null) => {
-                return Err(RequestError::invalid(
-                    "messages",
-                    "`messages` is required: a non-empty array of chat messages such as \
-                     [{\"role\":\"user\",\"content\":\"hello\"}]",
-                ));
-            }
-            Some(Value::Array(a)) if a.is_empty() => {
-                return Err(RequestError::invalid(
-                    "messages",
-                    "`messages` is empty: send at least one message",
-                ));
-            }
-            Some(Value::Array(a)) => a,
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "messages",
-                    format!(
-                        "`messages` must be an array of messages, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
+        let Some(messages) = f.array("messages", "an array of messages")? else {
+            return Err(RequestError::invalid(
+                "messages",
+                "`messages` is required: a non-empty array of chat messages such as \
+                 [{\"role\":\"user\",\"content\":\"hello\"}]",
+            ));
         };
+        if messages.is_empty() {
+            return Err(RequestError::invalid(
+                "messages",
+                "`messages` is empty: send at least one message",
+            ));
+        }
         for (i, m) in messages.iter().enumerate() {
             validate_message(i, m)?;
         }
 
-        let stream = match map.remove("stream") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => b,
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "stream",
-                    format!("`stream` must be true or false, got {}", kind_of(&other)),
-                ));
+        let stream = f.bool("stream")?.unwrap_or(false);
+        let include_usage = match f.object("stream_options", "an object")? {
+            None => false,
+            Some(o) => {
+                bool_at("stream_options.include_usage", o.get("include_usage"))?.unwrap_or(false)
             }
         };
 
-        let include_usage = match map.remove("stream_options") {
-            None | Some(Value::Null) => false,
-            Some(Value::Object(o)) => match o.get("include_usage") {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => *b,
-                Some(other) => {
-                    return Err(RequestError::invalid(
-                        "stream_options.include_usage",
-                        format!(
-                            "`stream_options.include_usage` must be true or false, got {}",
-                            kind_of(other)
-                        ),
-                    ));
-                }
-            },
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "stream_options",
-                    format!(
-                        "`stream_options` must be an object, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        };
-
-        match map.get("n") {
-            None | Some(Value::Null) => {}
+        match f.get("n") {
+            None => {}
             Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
             Some(other) => {
                 return Err(RequestError::invalid(
@@ -238,58 +193,29 @@ impl ChatRequest {
             }
         }
 
-        let tools = match map.remove("tools") {
-            None | Some(Value::Null) => None,
-            Some(Value::Array(a)) => {
-                for (i, t) in a.iter().enumerate() {
-                    validate_tool(i, t)?;
-                }
-                Some(a)
-            }
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "tools",
-                    format!(
-                        "`tools` must be an array of tool definitions, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        };
+        let tools = f.array("tools", "an array of tool definitions")?;
+        for (i, t) in tools.iter().flatten().enumerate() {
+            validate_tool(i, t)?;
+        }
 
-        let current_file = match map.remove("toolpilot") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(o)) => {
-                for key in o.keys() {
-                    if key != "current_file" {
-                        return Err(RequestError::invalid(
-                            &format!("toolpilot.{key}"),
-                            format!(
-                                "unknown field `toolpilot.{key}`; the `toolpilot` object accepts \
-                                 only `current_file`"
-                            ),
-                        ));
-                    }
+        let current_file = match f.object("toolpilot", "an object")? {
+            None => None,
+            Some(o) => {
+                if let Some(key) = o.keys().find(|k| *k != "current_file") {
+                    return Err(RequestError::invalid(
+                        &format!("toolpilot.{key}"),
+                        format!(
+                            "unknown field `toolpilot.{key}`; the `toolpilot` object accepts \
+                             only `current_file`"
+                        ),
+                    ));
                 }
-                match o.get("current_file") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::String(s)) => Some(s.clone()),
-                    Some(other) => {
-                        return Err(RequestError::invalid(
-                            "toolpilot.current_file",
-                            format!(
-                                "`toolpilot.current_file` must be a path string, got {}",
-                                kind_of(other)
-                            ),
-                        ));
-                    }
-                }
-            }
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "toolpilot",
-                    format!("`toolpilot` must be an object, got {}", kind_of(&other)),
-                ));
+                str_at(
+                    "toolpilot.current_file",
+                    "a path string",
+                    o.get("current_file"),
+                )?
+                .map(str::to_string)
             }
         };
 
@@ -300,7 +226,7 @@ impl ChatRequest {
             include_usage,
             tools,
             current_file,
-            extra: map,
+            extra: f.rest(),
         })
     }
 }

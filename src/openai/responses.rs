@@ -29,6 +29,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value, json};
 
+use super::fields::{Fields, bool_at, str_at, wrong_type};
 use super::{ChatRequest, RequestError, kind_of};
 
 /// How a client tool was declared, so that its calls go back to the client in that shape.
@@ -125,355 +126,49 @@ impl ResponsesRequest {
         ResponsesRequest::from_map(map)
     }
 
-    pub fn from_map(mut map: Map<String, Value>) -> Result<ResponsesRequest, RequestError> {
-        for (key, what) in [
-            ("conversation", "conversations are stored by OpenAI"),
-            ("prompt", "prompt templates are stored by OpenAI"),
-        ] {
-            if map.get(key).is_some_and(|v| !v.is_null()) {
-                return Err(RequestError::invalid(
-                    key,
-                    format!(
-                        "`{key}` is not supported: {what}, and toolpilot cannot read them; send \
-                         the conversation in `input` (or continue a response of this server \
-                         with `previous_response_id`)"
-                    ),
-                ));
-            }
-        }
-        match map.get("background") {
-            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-            Some(Value::Bool(true)) => {
-                return Err(RequestError::invalid(
-                    "background",
-                    "`background: true` is not supported; toolpilot answers in the request \
-                     (with the header `x-toolpilot-detach: true` a run goes on without its \
-                     client and can be re-attached with GET /v1/runs/{id}/attach)",
-                ));
-            }
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "background",
-                    format!("`background` must be true or false, got {}", kind_of(other)),
-                ));
-            }
-        }
-
+    pub fn from_map(map: Map<String, Value>) -> Result<ResponsesRequest, RequestError> {
+        let mut f = Fields::new(map);
+        refuse_unsupported(&f)?;
         let mut chat = Map::new();
         let mut echo = Map::new();
-
-        if let Some(model) = map.remove("model") {
-            chat.insert("model".into(), model);
-        }
-        for key in ["stream", "toolpilot"] {
-            if let Some(v) = map.remove(key) {
+        // Read by the chat request as they are.
+        for key in ["model", "stream", "toolpilot"] {
+            if let Some(v) = f.remove(key) {
                 chat.insert(key.into(), v);
             }
         }
-
-        let instructions = match map.remove("instructions") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s),
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "instructions",
-                    format!(
-                        "`instructions` must be a string (the system message), got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        };
-        echo.insert(
-            "instructions".into(),
-            instructions.clone().map(Value::from).unwrap_or(Value::Null),
-        );
-
-        let previous_response_id = match map.remove("previous_response_id") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if !s.trim().is_empty() => Some(s),
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "previous_response_id",
-                    format!(
-                        "`previous_response_id` must be the id of an earlier response \
-                         (\"resp_…\"), got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        };
+        let instructions = f.string("instructions", "a string (the system message)")?;
+        echo.insert("instructions".into(), instructions.clone().into());
+        let previous_response_id = previous_response_id(&mut f)?;
         echo.insert(
             "previous_response_id".into(),
-            previous_response_id
-                .clone()
-                .map(Value::from)
-                .unwrap_or(Value::Null),
+            previous_response_id.clone().into(),
         );
-
-        let store = match map.remove("store") {
-            None | Some(Value::Null) => true,
-            Some(Value::Bool(b)) => b,
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "store",
-                    format!("`store` must be true or false, got {}", kind_of(&other)),
-                ));
-            }
-        };
+        let store = f.bool("store")?.unwrap_or(true);
         echo.insert("store".into(), Value::Bool(store));
-
         // Tools first: the input's calls of custom tools need their kinds.
-        let (tools, kinds) = match map.remove("tools") {
-            None | Some(Value::Null) => {
-                echo.insert("tools".into(), json!([]));
-                (None, HashMap::new())
-            }
-            Some(Value::Array(list)) => {
-                let (specs, kinds) = map_tools(&list)?;
-                echo.insert("tools".into(), Value::Array(list));
-                (Some(specs), kinds)
-            }
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "tools",
-                    format!(
-                        "`tools` must be an array of tool definitions such as \
-                         {{\"type\":\"function\",\"name\":\"…\",\"parameters\":{{…}}}}, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        };
-        if let Some(specs) = tools {
-            chat.insert("tools".into(), Value::Array(specs));
-        }
-
-        match map.remove("tool_choice") {
-            None | Some(Value::Null) => {
-                echo.insert("tool_choice".into(), Value::from("auto"));
-            }
-            Some(choice) => {
-                chat.insert("tool_choice".into(), map_tool_choice(&choice)?);
-                echo.insert("tool_choice".into(), choice);
-            }
-        }
-
-        match map.remove("parallel_tool_calls") {
-            None | Some(Value::Null) => {
-                echo.insert("parallel_tool_calls".into(), Value::Bool(true));
-            }
-            Some(Value::Bool(b)) => {
-                chat.insert("parallel_tool_calls".into(), Value::Bool(b));
-                echo.insert("parallel_tool_calls".into(), Value::Bool(b));
-            }
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "parallel_tool_calls",
-                    format!(
-                        "`parallel_tool_calls` must be true or false, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        }
-
-        for key in ["temperature", "top_p"] {
-            match map.remove(key) {
-                None | Some(Value::Null) => {
-                    echo.insert(key.into(), Value::Null);
-                }
-                Some(Value::Number(n)) => {
-                    chat.insert(key.into(), Value::Number(n.clone()));
-                    echo.insert(key.into(), Value::Number(n));
-                }
-                Some(other) => {
-                    return Err(RequestError::invalid(
-                        key,
-                        format!("`{key}` must be a number, got {}", kind_of(&other)),
-                    ));
-                }
-            }
-        }
-
-        match map.remove("max_output_tokens") {
-            None | Some(Value::Null) => {
-                echo.insert("max_output_tokens".into(), Value::Null);
-            }
-            Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n > 0) => {
-                chat.insert("max_tokens".into(), Value::Number(n.clone()));
-                echo.insert("max_output_tokens".into(), Value::Number(n));
-            }
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "max_output_tokens",
-                    format!("`max_output_tokens` must be a positive integer, got {other}"),
-                ));
-            }
-        }
-
-        match map.remove("text") {
-            None | Some(Value::Null) => {
-                echo.insert("text".into(), json!({"format": {"type": "text"}}));
-            }
-            Some(Value::Object(text)) => {
-                if let Some(format) = text.get("format").filter(|f| !f.is_null()) {
-                    if let Some(rf) = map_text_format(format)? {
-                        chat.insert("response_format".into(), rf);
-                    }
-                }
-                match text.get("verbosity") {
-                    None | Some(Value::Null) => {}
-                    Some(Value::String(v)) => {
-                        chat.insert("verbosity".into(), Value::from(v.as_str()));
-                    }
-                    Some(other) => {
-                        return Err(RequestError::invalid(
-                            "text.verbosity",
-                            format!(
-                                "`text.verbosity` must be \"low\", \"medium\" or \"high\", got {}",
-                                kind_of(other)
-                            ),
-                        ));
-                    }
-                }
-                let mut shown = text.clone();
-                shown
-                    .entry("format")
-                    .or_insert_with(|| json!({"type": "text"}));
-                echo.insert("text".into(), Value::Object(shown));
-            }
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "text",
-                    format!(
-                        "`text` must be an object such as {{\"format\":{{\"type\":\"text\"}}}}, \
-                         got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        }
-
-        match map.remove("reasoning") {
-            None | Some(Value::Null) => {
-                echo.insert("reasoning".into(), Value::Null);
-            }
-            Some(Value::Object(r)) => {
-                match r.get("effort") {
-                    None | Some(Value::Null) => {}
-                    Some(Value::String(e)) => {
-                        chat.insert("reasoning_effort".into(), Value::from(e.as_str()));
-                    }
-                    Some(other) => {
-                        return Err(RequestError::invalid(
-                            "reasoning.effort",
-                            format!(
-                                "`reasoning.effort` must be a string such as \"medium\", got {}",
-                                kind_of(other)
-                            ),
-                        ));
-                    }
-                }
-                echo.insert("reasoning".into(), Value::Object(r));
-            }
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "reasoning",
-                    format!(
-                        "`reasoning` must be an object such as {{\"effort\":\"medium\"}}, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        }
-
-        match map.remove("metadata") {
-            None | Some(Value::Null) => {
-                echo.insert("metadata".into(), json!({}));
-            }
-            Some(Value::Object(m)) => {
-                echo.insert("metadata".into(), Value::Object(m));
-            }
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "metadata",
-                    format!(
-                        "`metadata` must be an object of strings, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        }
-
-        for key in FORWARDED_FIELDS {
-            if let Some(v) = map.remove(*key).filter(|v| !v.is_null()) {
-                echo.insert((*key).into(), v.clone());
-                chat.insert((*key).into(), v);
-            }
-        }
-        for key in IGNORED_FIELDS {
-            if let Some(v) = map.remove(*key) {
-                if matches!(*key, "truncation" | "max_tool_calls" | "top_logprobs") {
-                    echo.insert((*key).into(), v);
-                }
-            }
-        }
-        echo.entry("truncation")
-            .or_insert_with(|| Value::from("disabled"));
-        echo.insert("background".into(), Value::Bool(false));
-
+        let kinds = tools(&mut f, &mut chat, &mut echo)?;
+        options(&mut f, &mut chat, &mut echo)?;
         // Input last: everything it refers to is known by now.
         let mut conv = Conversation::default();
         if let Some(text) = &instructions {
             conv.messages
                 .push(json!({"role": "system", "content": text}));
         }
-        match map.remove("input") {
-            None | Some(Value::Null) => {
-                return Err(RequestError::invalid(
-                    "input",
-                    "`input` is required: a string (the user's message) or an array of input \
-                     items such as [{\"role\":\"user\",\"content\":\"hello\"}]",
-                ));
-            }
-            Some(Value::String(s)) => conv.messages.push(json!({"role": "user", "content": s})),
-            Some(Value::Array(items)) if items.is_empty() && previous_response_id.is_none() => {
-                return Err(RequestError::invalid(
-                    "input",
-                    "`input` is empty: send at least one input item",
-                ));
-            }
-            Some(Value::Array(items)) => {
-                for (i, item) in items.iter().enumerate() {
-                    conv.item(i, item)?;
-                }
-            }
-            Some(other) => {
-                return Err(RequestError::invalid(
-                    "input",
-                    format!(
-                        "`input` must be a string or an array of input items, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        }
+        conv.input(f.take("input"), previous_response_id.is_some())?;
         if previous_response_id.is_none() {
             if let Some((i, id)) = conv.unmatched.first() {
                 return Err(unmatched_output(*i, id, false));
             }
         }
-
-        if !map.is_empty() {
-            let keys: Vec<&str> = map.keys().map(String::as_str).collect();
+        let rest = f.rest();
+        if !rest.is_empty() {
+            let keys: Vec<&str> = rest.keys().map(String::as_str).collect();
             tracing::warn!(
                 fields = ?keys,
                 "ignored unknown fields of a Responses request (not forwarded upstream)"
             );
         }
-
-        let has_instructions = instructions.is_some();
         let unmatched = std::mem::take(&mut conv.unmatched);
         // Empty only with previous_response_id and an empty input: the stored conversation
         // fills it in `with_prior`. (Chat validation wants a message meanwhile.)
@@ -494,7 +189,7 @@ impl ResponsesRequest {
             store,
             kinds,
             echo,
-            has_instructions,
+            has_instructions: instructions.is_some(),
             unmatched,
         })
     }
@@ -537,6 +232,178 @@ impl ResponsesRequest {
     }
 }
 
+/// What toolpilot cannot honour: OpenAI-side conversations and prompt templates, and
+/// background responses.
+fn refuse_unsupported(f: &Fields) -> Result<(), RequestError> {
+    for (key, what) in [
+        ("conversation", "conversations are stored by OpenAI"),
+        ("prompt", "prompt templates are stored by OpenAI"),
+    ] {
+        if f.get(key).is_some() {
+            return Err(RequestError::invalid(
+                key,
+                format!(
+                    "`{key}` is not supported: {what}, and toolpilot cannot read them; send \
+                     the conversation in `input` (or continue a response of this server \
+                     with `previous_response_id`)"
+                ),
+            ));
+        }
+    }
+    if bool_at("background", f.get("background"))? == Some(true) {
+        return Err(RequestError::invalid(
+            "background",
+            "`background: true` is not supported; toolpilot answers in the request \
+             (with the header `x-toolpilot-detach: true` a run goes on without its \
+             client and can be re-attached with GET /v1/runs/{id}/attach)",
+        ));
+    }
+    Ok(())
+}
+
+/// `previous_response_id`: a non-empty string.
+fn previous_response_id(f: &mut Fields) -> Result<Option<String>, RequestError> {
+    const KEY: &str = "previous_response_id";
+    const MUST_BE: &str = "the id of an earlier response (\"resp_…\")";
+    match f.string(KEY, MUST_BE)? {
+        Some(s) if s.trim().is_empty() => Err(wrong_type(KEY, MUST_BE, &Value::String(s))),
+        id => Ok(id),
+    }
+}
+
+/// `tools` → chat function tools (and `tool_choice`, `parallel_tool_calls`); returns the
+/// kinds of the client tools that are not plain functions.
+fn tools(
+    f: &mut Fields,
+    chat: &mut Map<String, Value>,
+    echo: &mut Map<String, Value>,
+) -> Result<HashMap<String, ToolKind>, RequestError> {
+    let list = f.array(
+        "tools",
+        "an array of tool definitions such as \
+         {\"type\":\"function\",\"name\":\"…\",\"parameters\":{…}}",
+    )?;
+    let kinds = match list {
+        None => {
+            echo.insert("tools".into(), json!([]));
+            HashMap::new()
+        }
+        Some(list) => {
+            let (specs, kinds) = map_tools(&list)?;
+            echo.insert("tools".into(), Value::Array(list));
+            chat.insert("tools".into(), Value::Array(specs));
+            kinds
+        }
+    };
+    match f.take("tool_choice") {
+        None => {
+            echo.insert("tool_choice".into(), Value::from("auto"));
+        }
+        Some(choice) => {
+            chat.insert("tool_choice".into(), map_tool_choice(&choice)?);
+            echo.insert("tool_choice".into(), choice);
+        }
+    }
+    let parallel = f.bool("parallel_tool_calls")?;
+    if let Some(b) = parallel {
+        chat.insert("parallel_tool_calls".into(), Value::Bool(b));
+    }
+    echo.insert(
+        "parallel_tool_calls".into(),
+        Value::Bool(parallel.unwrap_or(true)),
+    );
+    Ok(kinds)
+}
+
+/// The options: sampling, `max_output_tokens`, `text`, `reasoning`, `metadata`, the
+/// forwarded and the ignored fields; into their chat names, and what the response repeats.
+fn options(
+    f: &mut Fields,
+    chat: &mut Map<String, Value>,
+    echo: &mut Map<String, Value>,
+) -> Result<(), RequestError> {
+    for key in ["temperature", "top_p"] {
+        let n = f.number(key, "a number")?;
+        if let Some(n) = &n {
+            chat.insert(key.into(), Value::Number(n.clone()));
+        }
+        echo.insert(key.into(), n.map_or(Value::Null, Value::Number));
+    }
+    match f.take("max_output_tokens") {
+        None => {
+            echo.insert("max_output_tokens".into(), Value::Null);
+        }
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n > 0) => {
+            chat.insert("max_tokens".into(), Value::Number(n.clone()));
+            echo.insert("max_output_tokens".into(), Value::Number(n));
+        }
+        Some(other) => {
+            return Err(RequestError::invalid(
+                "max_output_tokens",
+                format!("`max_output_tokens` must be a positive integer, got {other}"),
+            ));
+        }
+    }
+    let text = f.object("text", "an object such as {\"format\":{\"type\":\"text\"}}")?;
+    let mut shown = text.clone().unwrap_or_default();
+    if let Some(text) = &text {
+        if let Some(format) = text.get("format").filter(|f| !f.is_null()) {
+            if let Some(rf) = map_text_format(format)? {
+                chat.insert("response_format".into(), rf);
+            }
+        }
+        let verbosity = str_at(
+            "text.verbosity",
+            "\"low\", \"medium\" or \"high\"",
+            text.get("verbosity"),
+        )?;
+        if let Some(v) = verbosity {
+            chat.insert("verbosity".into(), Value::from(v));
+        }
+    }
+    shown
+        .entry("format")
+        .or_insert_with(|| json!({"type": "text"}));
+    echo.insert("text".into(), Value::Object(shown));
+    let reasoning = f.object("reasoning", "an object such as {\"effort\":\"medium\"}")?;
+    if let Some(r) = &reasoning {
+        let effort = str_at(
+            "reasoning.effort",
+            "a string such as \"medium\"",
+            r.get("effort"),
+        )?;
+        if let Some(e) = effort {
+            chat.insert("reasoning_effort".into(), Value::from(e));
+        }
+    }
+    echo.insert(
+        "reasoning".into(),
+        reasoning.map_or(Value::Null, Value::Object),
+    );
+    let metadata = f.object("metadata", "an object of strings")?;
+    echo.insert(
+        "metadata".into(),
+        Value::Object(metadata.unwrap_or_default()),
+    );
+    for key in FORWARDED_FIELDS {
+        if let Some(v) = f.take(key) {
+            echo.insert((*key).into(), v.clone());
+            chat.insert((*key).into(), v);
+        }
+    }
+    for key in IGNORED_FIELDS {
+        if let Some(v) = f.remove(key) {
+            if matches!(*key, "truncation" | "max_tool_calls" | "top_logprobs") {
+                echo.insert((*key).into(), v);
+            }
+        }
+    }
+    echo.entry("truncation")
+        .or_insert_with(|| Value::from("disabled"));
+    echo.insert("background".into(), Value::Bool(false));
+    Ok(())
+}
+
 fn unmatched_output(i: usize, id: &str, had_prior: bool) -> RequestError {
     let hint = if had_prior {
         "neither in `input` nor in the previous response"
@@ -563,6 +430,36 @@ struct Conversation {
 }
 
 impl Conversation {
+    /// `input`: a string (the user's message) or a list of items; empty only when the
+    /// conversation continues a previous response.
+    fn input(&mut self, input: Option<Value>, continues: bool) -> Result<(), RequestError> {
+        match input {
+            None => Err(RequestError::invalid(
+                "input",
+                "`input` is required: a string (the user's message) or an array of input \
+                 items such as [{\"role\":\"user\",\"content\":\"hello\"}]",
+            )),
+            Some(Value::String(s)) => {
+                self.messages.push(json!({"role": "user", "content": s}));
+                Ok(())
+            }
+            Some(Value::Array(items)) if items.is_empty() && !continues => Err(
+                RequestError::invalid("input", "`input` is empty: send at least one input item"),
+            ),
+            Some(Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    self.item(i, item)?;
+                }
+                Ok(())
+            }
+            Some(other) => Err(wrong_type(
+                "input",
+                "a string or an array of input items",
+                &other,
+            )),
+        }
+    }
+
     fn item(&mut self, i: usize, item: &Value) -> Result<(), RequestError> {
         let param = format!("input[{i}]");
         let Value::Object(o) = item else {
