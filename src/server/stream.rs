@@ -54,6 +54,19 @@ pub trait Wire: Send + 'static {
     fn other(&mut self, out: &mut BytesMut, ev: RunEvent) -> bool;
     /// Ends the stream with `error` (the run stopped without saying how).
     fn fail(&mut self, out: &mut BytesMut, error: &ApiError);
+    /// Takes one event of a run answered in one body (not streamed); the response once the
+    /// run has ended.
+    fn collect(&mut self, ev: RunEvent) -> Option<Response>;
+}
+
+/// The run's events from `source`, collected by `wire` into one response.
+pub async fn collect_response<S: EventSource, W: Wire>(mut source: S, mut wire: W) -> Response {
+    while let Some(ev) = source.recv().await {
+        if let Some(response) = wire.collect(ev) {
+            return response;
+        }
+    }
+    run_ended_early().into_response()
 }
 
 pub fn run_ended_early() -> ApiError {
