@@ -33,17 +33,7 @@ impl Approver for Preset {
             Reply::Approve { .. } => {
                 Approval::Approved("the user, in the chat".into(), Grant::Person)
             }
-            Reply::Deny { reason } => Approval::Refused(
-                format!(
-                    "{name} was not run: the user denied it{}. Do not retry it; do without it, \
-                     or ask the user how to proceed.",
-                    reason
-                        .as_ref()
-                        .map(|w| format!(" (\"{w}\")"))
-                        .unwrap_or_default()
-                ),
-                Status::Denied,
-            ),
+            Reply::Deny { reason } => denied(name, reason.as_deref()),
             Reply::Other(_) => Approval::Refused(
                 format!(
                     "{name} was not run: the user did not approve it and wrote something else \
@@ -54,6 +44,18 @@ impl Approver for Preset {
         };
         Box::pin(std::future::ready(a))
     }
+}
+
+/// The user said no (`why`, when they said why).
+fn denied(name: &str, why: Option<&str>) -> Approval {
+    Approval::Refused(
+        format!(
+            "{name} was not run: the user denied it{}. Do not retry it; do without it, or ask \
+             the user how to proceed.",
+            why.map(|w| format!(" (\"{w}\")")).unwrap_or_default()
+        ),
+        Status::Denied,
+    )
 }
 
 /// How one run resolves calls the policy asks about: `--yes`, else the configured mode, and
@@ -135,17 +137,7 @@ impl Approver for RunApprover<'_> {
                         Grant::Person,
                     ),
                 ),
-                Some(Verdict::Deny { reason: why }) => (
-                    "denied",
-                    Approval::Refused(
-                        format!(
-                            "{name} was not run: the user denied it{}. Do not retry it; do \
-                             without it, or ask the user how to proceed.",
-                            why.map(|w| format!(" (\"{w}\")")).unwrap_or_default()
-                        ),
-                        Status::Denied,
-                    ),
-                ),
+                Some(Verdict::Deny { reason: why }) => ("denied", denied(name, why.as_deref())),
                 None => (
                     "timed out",
                     Approval::Refused(
