@@ -1,3 +1,5 @@
+//! Loading whole configurations: layering, the example file, every section's errors.
+
 use std::path::PathBuf;
 
 use super::*;
