@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::tools::Target;
+use crate::policy::Target;
 
 /// What someone answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -355,7 +355,7 @@ mod tests {
         .unwrap_or_else(|e| panic!("{rules:?} do not compile: {e}"));
         let target = Target::Path {
             path: ws.resolve(path).unwrap(),
-            access: crate::tools::Access::Edit,
+            access: crate::policy::Access::Edit,
         };
         policy.decide(tool, &[target], &ws).label().to_string()
     }
@@ -384,7 +384,7 @@ mod tests {
                 "edit_existing_file",
                 &[Target::Path {
                     path: ws.resolve(file).unwrap(),
-                    access: crate::tools::Access::Edit,
+                    access: crate::policy::Access::Edit,
                 }],
             );
             assert_eq!(rules, [format!("edit_existing_file({spec})")], "{file:?}");

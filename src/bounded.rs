@@ -14,7 +14,7 @@ use std::path::Path;
 /// Why a capped read of a file gave nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum CappedError {
-    #[error("it is larger than {} bytes", crate::tools::read::group(*cap))]
+    #[error("it is larger than {} bytes", crate::text::group(*cap))]
     TooLarge { cap: u64 },
     #[error("it is not a regular file (a folder, FIFO, socket or device)")]
     NotAFile,

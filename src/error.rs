@@ -1,12 +1,17 @@
 //! The error a client sees: always OpenAI-shaped, with a fitting HTTP status.
 //!
 //! `ApiError` is the only type that turns into an HTTP error response. Other modules have
-//! their own error enums and convert into this one at the edge; internal details are logged,
-//! not returned.
+//! their own error types (`openai::RequestError`, `upstream::UpstreamError`,
+//! `upstream::route::RouteError`) and say nothing about HTTP; the statuses they get are
+//! decided here, in their `From` conversions. Internal details are logged, not returned.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+
+use crate::openai::RequestError;
+use crate::upstream::UpstreamError;
+use crate::upstream::route::RouteError;
 
 /// An error in the OpenAI shape: `{"error":{"message","type","param","code"}}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +106,59 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+/// A request body that is not a valid request: 400, naming the field.
+impl From<RequestError> for ApiError {
+    fn from(e: RequestError) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: e.message,
+            kind: "invalid_request_error",
+            param: e.param,
+            code: e.code,
+        }
+    }
+}
+
+/// The upstream's failure as the client sees it: the upstream's message, with 429, 502 or
+/// 504 (or the upstream's own 400, 404, 413 or 422, for a request it rejected).
+impl From<&UpstreamError> for ApiError {
+    fn from(e: &UpstreamError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            UpstreamError::Status { status: 429, .. } => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+                    .with_code("upstream_rate_limited")
+            }
+            UpstreamError::Status { status, .. } if matches!(*status, 400 | 404 | 413 | 422) => {
+                let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY);
+                ApiError::new(code, "invalid_request_error", message)
+                    .with_code("upstream_rejected_request")
+            }
+            UpstreamError::Timeout { .. } => {
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "upstream_error", message)
+                    .with_code("upstream_timeout")
+            }
+            _ => ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
+                .with_code("upstream_error"),
+        }
+    }
+}
+
+/// A model no upstream serves: 400 without a name, 404 for an unknown one.
+impl From<RouteError> for ApiError {
+    fn from(e: RouteError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            RouteError::NoModel => ApiError::invalid("model", message),
+            RouteError::Unknown { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
+                    .with_param("model")
+                    .with_code("model_not_found")
+            }
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = self.body().to_string();
@@ -123,6 +181,63 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_errors_are_400s_that_name_the_field() {
+        let e = ApiError::from(RequestError::invalid(
+            "stream",
+            "`stream` must be true or false",
+        ));
+        assert_eq!(
+            e,
+            ApiError::invalid("stream", "`stream` must be true or false")
+        );
+        let e = ApiError::from(RequestError::invalid_json("not JSON"));
+        assert_eq!(
+            (e.status, e.param, e.code),
+            (StatusCode::BAD_REQUEST, None, Some("invalid_json"))
+        );
+    }
+
+    #[test]
+    fn upstream_and_route_errors_get_their_statuses() {
+        let status = |status: u16| {
+            ApiError::from(&UpstreamError::Status {
+                status,
+                message: "x".into(),
+                retry_after: None,
+            })
+            .status
+            .as_u16()
+        };
+        assert_eq!(
+            [
+                status(429),
+                status(400),
+                status(422),
+                status(401),
+                status(503)
+            ],
+            [429, 400, 422, 502, 502]
+        );
+        let timeout = UpstreamError::Timeout {
+            phase: "send its first byte",
+            secs: 1.0,
+        };
+        assert_eq!(ApiError::from(&timeout).status, StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(
+            ApiError::from(RouteError::NoModel).status,
+            StatusCode::BAD_REQUEST
+        );
+        let unknown = ApiError::from(RouteError::Unknown {
+            requested: "m".into(),
+            routable: vec![],
+        });
+        assert_eq!(
+            (unknown.status, unknown.code),
+            (StatusCode::NOT_FOUND, Some("model_not_found"))
+        );
+    }
 
     #[test]
     fn body_has_openai_shape() {

@@ -131,8 +131,8 @@ fn main() -> ExitCode {
         }
     }
     let cli = Cli::parse();
-    toolpilot::install_crypto_provider();
-    toolpilot::raise_fd_limit();
+    toolpilot::process::install_crypto_provider();
+    toolpilot::process::raise_fd_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -196,7 +196,11 @@ fn main() -> ExitCode {
 }
 
 fn load(common: &CommonArgs) -> Result<Config, String> {
-    Config::load(common).map_err(|e| e.to_string())
+    let config = Config::load(common).map_err(|e| e.to_string())?;
+    // The rules are compiled here too, so that a bad one stops every command (also those
+    // that use no policy) with its key named.
+    toolpilot::policy::Policy::new(&config.policy)?;
+    Ok(config)
 }
 
 async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), String> {
@@ -327,10 +331,7 @@ async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
             RunEvent::ToolStarted {
                 name, arguments, ..
             } => {
-                eprintln!(
-                    "→ {name} {}",
-                    toolpilot::tools::args::preview(&arguments, 120)
-                );
+                eprintln!("→ {name} {}", toolpilot::text::preview(&arguments, 120));
             }
             RunEvent::ToolFinished {
                 name,
@@ -523,7 +524,7 @@ fn runs(common: CommonArgs, json: bool) -> Result<(), String> {
             s.rounds,
             s.tool_calls,
             r.files_changed,
-            toolpilot::tools::args::preview(&s.prompt.replace('\n', " "), 60)
+            toolpilot::text::preview(&s.prompt.replace('\n', " "), 60)
         );
     }
     Ok(())

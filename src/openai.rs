@@ -7,9 +7,41 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::error::ApiError;
-
+pub mod fields;
 pub mod responses;
+
+use fields::{Fields, bool_at, str_at};
+
+/// Why a request body is not a valid request (the server answers 400). Names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct RequestError {
+    /// The field at fault (`messages[2].role`), when one is.
+    pub param: Option<String>,
+    pub message: String,
+    /// OpenAI's error `code`, when there is one (`invalid_json`).
+    pub code: Option<&'static str>,
+}
+
+impl RequestError {
+    /// A bad value of one field.
+    pub fn invalid(param: &str, message: impl Into<String>) -> RequestError {
+        RequestError {
+            param: Some(param.to_string()),
+            message: message.into(),
+            code: None,
+        }
+    }
+
+    /// A body that is not a JSON object.
+    pub fn invalid_json(message: impl Into<String>) -> RequestError {
+        RequestError {
+            param: None,
+            message: message.into(),
+            code: Some("invalid_json"),
+        }
+    }
+}
 
 /// A validated `POST /v1/chat/completions` body.
 #[derive(Debug, Clone, Default)]
@@ -111,95 +143,47 @@ const ROLES: &[&str] = &[
 
 impl ChatRequest {
     /// Parses and validates a request body. Every failure names the offending field.
-    pub fn from_slice(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    pub fn from_slice(body: &[u8]) -> Result<ChatRequest, RequestError> {
         let map = json_object(body, "`model` and `messages`")?;
         ChatRequest::from_map(map)
     }
 
-    pub fn from_map(mut map: Map<String, Value>) -> Result<ChatRequest, ApiError> {
-        let model = match map.remove("model") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s.trim().is_empty() => None,
-            Some(Value::String(s)) => Some(s),
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "model",
-                    format!("`model` must be a string, got {}", kind_of(&other)),
-                ));
-            }
-        };
+    pub fn from_map(map: Map<String, Value>) -> Result<ChatRequest, RequestError> {
+        let mut f = Fields::new(map);
+        let model = f
+            .string("model", "a string")?
+            .filter(|s| !s.trim().is_empty());
 
-        let messages = match map.remove("messages") {
-            None | Some(Value::Null) => {
-                return Err(ApiError::invalid(
-                    "messages",
-                    "`messages` is required: a non-empty array of chat messages such as \
-                     [{\"role\":\"user\",\"content\":\"hello\"}]",
-                ));
-            }
-            Some(Value::Array(a)) if a.is_empty() => {
-                return Err(ApiError::invalid(
-                    "messages",
-                    "`messages` is empty: send at least one message",
-                ));
-            }
-            Some(Value::Array(a)) => a,
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "messages",
-                    format!(
-                        "`messages` must be an array of messages, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
+        let Some(messages) = f.array("messages", "an array of messages")? else {
+            return Err(RequestError::invalid(
+                "messages",
+                "`messages` is required: a non-empty array of chat messages such as \
+                 [{\"role\":\"user\",\"content\":\"hello\"}]",
+            ));
         };
+        if messages.is_empty() {
+            return Err(RequestError::invalid(
+                "messages",
+                "`messages` is empty: send at least one message",
+            ));
+        }
         for (i, m) in messages.iter().enumerate() {
             validate_message(i, m)?;
         }
 
-        let stream = match map.remove("stream") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => b,
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "stream",
-                    format!("`stream` must be true or false, got {}", kind_of(&other)),
-                ));
+        let stream = f.bool("stream")?.unwrap_or(false);
+        let include_usage = match f.object("stream_options", "an object")? {
+            None => false,
+            Some(o) => {
+                bool_at("stream_options.include_usage", o.get("include_usage"))?.unwrap_or(false)
             }
         };
 
-        let include_usage = match map.remove("stream_options") {
-            None | Some(Value::Null) => false,
-            Some(Value::Object(o)) => match o.get("include_usage") {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => *b,
-                Some(other) => {
-                    return Err(ApiError::invalid(
-                        "stream_options.include_usage",
-                        format!(
-                            "`stream_options.include_usage` must be true or false, got {}",
-                            kind_of(other)
-                        ),
-                    ));
-                }
-            },
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "stream_options",
-                    format!(
-                        "`stream_options` must be an object, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        };
-
-        match map.get("n") {
-            None | Some(Value::Null) => {}
+        match f.get("n") {
+            None => {}
             Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
             Some(other) => {
-                return Err(ApiError::invalid(
+                return Err(RequestError::invalid(
                     "n",
                     format!(
                         "n = {other} is not supported: toolpilot runs the tools of one \
@@ -209,58 +193,29 @@ impl ChatRequest {
             }
         }
 
-        let tools = match map.remove("tools") {
-            None | Some(Value::Null) => None,
-            Some(Value::Array(a)) => {
-                for (i, t) in a.iter().enumerate() {
-                    validate_tool(i, t)?;
-                }
-                Some(a)
-            }
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "tools",
-                    format!(
-                        "`tools` must be an array of tool definitions, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        };
+        let tools = f.array("tools", "an array of tool definitions")?;
+        for (i, t) in tools.iter().flatten().enumerate() {
+            validate_tool(i, t)?;
+        }
 
-        let current_file = match map.remove("toolpilot") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(o)) => {
-                for key in o.keys() {
-                    if key != "current_file" {
-                        return Err(ApiError::invalid(
-                            &format!("toolpilot.{key}"),
-                            format!(
-                                "unknown field `toolpilot.{key}`; the `toolpilot` object accepts \
-                                 only `current_file`"
-                            ),
-                        ));
-                    }
+        let current_file = match f.object("toolpilot", "an object")? {
+            None => None,
+            Some(o) => {
+                if let Some(key) = o.keys().find(|k| *k != "current_file") {
+                    return Err(RequestError::invalid(
+                        &format!("toolpilot.{key}"),
+                        format!(
+                            "unknown field `toolpilot.{key}`; the `toolpilot` object accepts \
+                             only `current_file`"
+                        ),
+                    ));
                 }
-                match o.get("current_file") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::String(s)) => Some(s.clone()),
-                    Some(other) => {
-                        return Err(ApiError::invalid(
-                            "toolpilot.current_file",
-                            format!(
-                                "`toolpilot.current_file` must be a path string, got {}",
-                                kind_of(other)
-                            ),
-                        ));
-                    }
-                }
-            }
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "toolpilot",
-                    format!("`toolpilot` must be an object, got {}", kind_of(&other)),
-                ));
+                str_at(
+                    "toolpilot.current_file",
+                    "a path string",
+                    o.get("current_file"),
+                )?
+                .map(str::to_string)
             }
         };
 
@@ -271,15 +226,15 @@ impl ChatRequest {
             include_usage,
             tools,
             current_file,
-            extra: map,
+            extra: f.rest(),
         })
     }
 }
 
-fn validate_message(i: usize, m: &Value) -> Result<(), ApiError> {
+fn validate_message(i: usize, m: &Value) -> Result<(), RequestError> {
     let param = format!("messages[{i}]");
     let Value::Object(o) = m else {
-        return Err(ApiError::invalid(
+        return Err(RequestError::invalid(
             &param,
             format!(
                 "{param} must be an object with `role` and `content`, got {}",
@@ -290,20 +245,20 @@ fn validate_message(i: usize, m: &Value) -> Result<(), ApiError> {
     let role = match o.get("role") {
         Some(Value::String(r)) => r.as_str(),
         None => {
-            return Err(ApiError::invalid(
+            return Err(RequestError::invalid(
                 &format!("{param}.role"),
                 format!("{param} has no `role`; use one of {}", ROLES.join(", ")),
             ));
         }
         Some(other) => {
-            return Err(ApiError::invalid(
+            return Err(RequestError::invalid(
                 &format!("{param}.role"),
                 format!("{param}.role must be a string, got {}", kind_of(other)),
             ));
         }
     };
     if !ROLES.contains(&role) {
-        return Err(ApiError::invalid(
+        return Err(RequestError::invalid(
             &format!("{param}.role"),
             format!(
                 "{param}.role \"{role}\" is not a chat role; use one of {}",
@@ -314,7 +269,7 @@ fn validate_message(i: usize, m: &Value) -> Result<(), ApiError> {
     match o.get("content") {
         None | Some(Value::Null) | Some(Value::String(_)) | Some(Value::Array(_)) => {}
         Some(other) => {
-            return Err(ApiError::invalid(
+            return Err(RequestError::invalid(
                 &format!("{param}.content"),
                 format!(
                     "{param}.content must be a string or an array of content parts, got {}",
@@ -324,7 +279,7 @@ fn validate_message(i: usize, m: &Value) -> Result<(), ApiError> {
         }
     }
     if role == "tool" && !matches!(o.get("tool_call_id"), Some(Value::String(_))) {
-        return Err(ApiError::invalid(
+        return Err(RequestError::invalid(
             &format!("{param}.tool_call_id"),
             format!(
                 "{param} has role \"tool\" but no `tool_call_id`; a tool result must name the \
@@ -343,7 +298,7 @@ fn validate_message(i: usize, m: &Value) -> Result<(), ApiError> {
             _ => false,
         };
         if !ok {
-            return Err(ApiError::invalid(
+            return Err(RequestError::invalid(
                 &format!("{param}.tool_calls"),
                 format!(
                     "{param}.tool_calls must be an array of {{\"id\",\"type\":\"function\",\
@@ -355,10 +310,10 @@ fn validate_message(i: usize, m: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn validate_tool(i: usize, t: &Value) -> Result<(), ApiError> {
+fn validate_tool(i: usize, t: &Value) -> Result<(), RequestError> {
     let param = format!("tools[{i}]");
     let Value::Object(o) = t else {
-        return Err(ApiError::invalid(
+        return Err(RequestError::invalid(
             &param,
             format!("{param} must be an object, got {}", kind_of(t)),
         ));
@@ -369,7 +324,7 @@ fn validate_tool(i: usize, t: &Value) -> Result<(), ApiError> {
     }
     match o.get("function").and_then(|f| f.get("name")) {
         Some(Value::String(name)) if !name.is_empty() => Ok(()),
-        _ => Err(ApiError::invalid(
+        _ => Err(RequestError::invalid(
             &format!("{param}.function.name"),
             format!(
                 "{param} needs `function.name`: tools look like {{\"type\":\"function\",\
@@ -379,17 +334,9 @@ fn validate_tool(i: usize, t: &Value) -> Result<(), ApiError> {
     }
 }
 
-/// "a string", "an array", … for error messages.
 /// A request body as a JSON object; `fields` names what it should hold (for the error).
-pub fn json_object(body: &[u8], fields: &str) -> Result<Map<String, Value>, ApiError> {
-    let invalid = |message: String| {
-        ApiError::new(
-            axum::http::StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            message,
-        )
-        .with_code("invalid_json")
-    };
+pub fn json_object(body: &[u8], fields: &str) -> Result<Map<String, Value>, RequestError> {
+    let invalid = RequestError::invalid_json;
     match serde_json::from_slice(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(other) => Err(invalid(format!(
@@ -400,6 +347,7 @@ pub fn json_object(body: &[u8], fields: &str) -> Result<Map<String, Value>, ApiE
     }
 }
 
+/// "a string", "an array", … for error messages.
 pub fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -423,7 +371,6 @@ mod tests {
             "error {:?} does not contain {expected:?}",
             err.message
         );
-        assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
     }
 
     #[test]

@@ -122,7 +122,7 @@ async fn spawn_toolpilot(dir: &Path, upstream: &str, ws: &Path, extra: &[&str]) 
 }
 
 fn client() -> reqwest::Client {
-    toolpilot::install_crypto_provider();
+    toolpilot::process::install_crypto_provider();
     reqwest::Client::builder()
         .no_proxy()
         .pool_max_idle_per_host(2048)

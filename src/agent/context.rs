@@ -218,7 +218,7 @@ pub fn fit(
         }
         let old = est.message(&messages[i]);
         let text = messages[i]["content"].as_str().unwrap_or_default();
-        let cut = crate::tools::floor_char_boundary(text, keep);
+        let cut = crate::text::floor_char_boundary(text, keep);
         let shortened = format!(
             "{}\n[toolpilot: cut to fit the model's context window: showing the first {cut} of \
              {len} bytes of this result. Ask for a smaller part if you need the rest.]",
@@ -307,57 +307,6 @@ fn note_in_system(messages: &mut Vec<Value>, pruned: &Pruned) {
         }
         _ => messages.insert(0, serde_json::json!({"role": "system", "content": note})),
     }
-}
-
-/// Whether an upstream error says the request did not fit the context window.
-pub fn is_overflow(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    [
-        "context length",
-        "context_length",
-        "context window",
-        "context size",
-        "maximum context",
-        "too many tokens",
-        "prompt is too long",
-        "input is too long",
-        "exceeds the available context",
-        "exceed_context_size",
-        "reduce the length",
-        "n_ctx",
-        "token limit",
-    ]
-    .iter()
-    .any(|p| m.contains(p))
-}
-
-/// The window an overflow message names ("maximum context length is 4096 tokens",
-/// "available context size (4096 tokens)").
-pub fn window_in_message(message: &str) -> Option<u64> {
-    let m = message.to_ascii_lowercase();
-    for marker in [
-        "maximum context length is",
-        "context size (",
-        "context length of",
-        "context window of",
-        "n_ctx",
-    ] {
-        if let Some(at) = m.find(marker) {
-            let rest = &m[at + marker.len()..];
-            let digits: String = rest
-                .trim_start_matches(|c: char| !c.is_ascii_digit())
-                .chars()
-                .take_while(|c| c.is_ascii_digit() || *c == ',')
-                .filter(char::is_ascii_digit)
-                .collect();
-            if let Ok(n) = digits.parse::<u64>() {
-                if n >= 256 {
-                    return Some(n);
-                }
-            }
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -472,24 +421,5 @@ mod tests {
         assert_eq!(e.tokens(3_500), 1_000);
         e.calibrate(1_000, 1_500);
         assert_eq!(e.tokens(3_500), 1_500);
-    }
-
-    #[test]
-    fn overflow_messages_are_recognised_and_their_window_read() {
-        for (msg, window) in [
-            (
-                "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens",
-                Some(4096),
-            ),
-            (
-                "the request exceeds the available context size (8,192 tokens), try increasing it",
-                Some(8192),
-            ),
-            ("prompt is too long: 210000 tokens > 200000 maximum", None),
-        ] {
-            assert!(is_overflow(msg), "{msg}");
-            assert_eq!(window_in_message(msg), window, "{msg}");
-        }
-        assert!(!is_overflow("invalid api key"));
     }
 }

@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use crate::bounded::{self, Links};
 use crate::openai::{ToolCall, Usage};
+use crate::text::content_text;
 
 /// A call of the paused round that needs approval.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -95,18 +96,6 @@ pub struct PauseStore {
     key: OnceLock<Result<hmac::Key, String>>,
 }
 
-fn text_of(msg: &Value) -> String {
-    match msg.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(" "),
-        _ => String::new(),
-    }
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -128,7 +117,12 @@ pub fn conversation_id(messages: &[Value]) -> String {
             .flatten()
             .map(|c| json!([c.get("id"), c.pointer("/function/name")]))
             .collect();
-        let item = json!([role, text_of(m), m.get("tool_call_id"), calls]);
+        let item = json!([
+            role,
+            content_text(m.get("content"), " "),
+            m.get("tool_call_id"),
+            calls
+        ]);
         h.update(item.to_string().as_bytes());
         h.update(b"\n");
     }
@@ -219,7 +213,7 @@ const TARGET_ARGUMENTS: &[&str] = &[
 fn describe(a: &Ask) -> String {
     let reason = visible(&a.reason).replace('\n', " ");
     let Ok(Value::Object(mut args)) = serde_json::from_str::<Value>(&a.arguments) else {
-        let raw = visible(&crate::tools::args::preview(&a.arguments, 300));
+        let raw = visible(&crate::text::preview(&a.arguments, 300));
         let shown = code_span(&raw).unwrap_or_else(|| format!("\n\n{}\n", code_block(&raw)));
         return format!("- `{}` {shown} ({reason})\n", a.tool);
     };
@@ -243,7 +237,7 @@ fn describe(a: &Ask) -> String {
     }
     if !args.is_empty() {
         let rest = Value::Object(args).to_string();
-        let rest = visible(&crate::tools::args::preview(&rest, 300));
+        let rest = visible(&crate::text::preview(&rest, 300));
         if let Some(span) = code_span(&rest) {
             inline.push(format!("other arguments {span}"));
         }
@@ -377,7 +371,7 @@ impl PauseStore {
         if messages[at].get("role").and_then(Value::as_str) != Some("assistant") {
             return None;
         }
-        let text = text_of(&messages[at]);
+        let text = content_text(messages[at].get("content"), " ");
         let found = text.rfind(MARKER)?;
         let token: String = text[found + MARKER.len()..]
             .chars()
@@ -387,7 +381,7 @@ impl PauseStore {
         let path = self.path(id)?;
         Some(
             self.check(id, tag, &path, &text, &messages[..at])
-                .map(|p| (p, parse_reply(&text_of(last)))),
+                .map(|p| (p, parse_reply(&content_text(last.get("content"), " ")))),
         )
     }
 

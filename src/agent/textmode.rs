@@ -10,6 +10,8 @@
 
 use serde_json::{Value, json};
 
+use crate::text::content_text;
+
 /// The system-message section that teaches the model the tools and the call format.
 pub fn tools_prompt(specs: &[Value]) -> String {
     let mut out = String::from(
@@ -50,11 +52,11 @@ pub fn to_text(messages: &[Value], tools_prompt: &str) -> Vec<Value> {
         match role {
             "system" | "developer" if !system_done => {
                 system_done = true;
-                let text = text_of(m.get("content"));
+                let text = content_text(m.get("content"), "\n");
                 out.push(json!({"role": "system", "content": format!("{text}\n\n{tools_prompt}")}));
             }
             "assistant" => {
-                let mut text = text_of(m.get("content"));
+                let mut text = content_text(m.get("content"), "\n");
                 for c in m
                     .get("tool_calls")
                     .and_then(Value::as_array)
@@ -90,7 +92,7 @@ pub fn to_text(messages: &[Value], tools_prompt: &str) -> Vec<Value> {
                 let name = names.get(id).map(String::as_str).unwrap_or("tool");
                 let block = format!(
                     "<tool_response name=\"{name}\">\n{}\n</tool_response>",
-                    text_of(m.get("content"))
+                    content_text(m.get("content"), "\n")
                 );
                 push_user(&mut out, block);
             }
@@ -120,18 +122,6 @@ fn push_user(out: &mut Vec<Value>, text: String) {
         }
     }
     out.push(json!({"role": "user", "content": text}));
-}
-
-fn text_of(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
 }
 
 #[cfg(test)]

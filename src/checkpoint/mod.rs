@@ -188,7 +188,7 @@ impl Store {
             manifest: Mutex::new(Manifest {
                 run_id: run_id.to_string(),
                 created: now(),
-                prompt: crate::tools::args::preview(prompt.trim(), 200),
+                prompt: crate::text::preview(prompt.trim(), 200),
                 files: BTreeMap::new(),
                 dirs_created: Vec::new(),
                 undone: None,

@@ -27,7 +27,7 @@ const MAX_GIT_OUTPUT: u64 = 64 << 20;
 /// Why a blob was not read.
 #[derive(Debug, thiserror::Error)]
 pub enum BlobError {
-    #[error("it is {} bytes, more than the {} kept for undo", crate::tools::read::group(*size), crate::tools::read::group(*cap))]
+    #[error("it is {} bytes, more than the {} kept for undo", crate::text::group(*size), crate::text::group(*cap))]
     TooLarge { size: u64, cap: u64 },
     #[error("{0}")]
     Git(String),
@@ -113,7 +113,7 @@ impl Shadow {
             Err(crate::bounded::CappedError::TooLarge { .. }) => {
                 return Err(format!(
                     "git {what} printed more than {} bytes (too many changes to record)",
-                    crate::tools::read::group(cap)
+                    crate::text::group(cap)
                 ));
             }
             Err(e) => return Err(format!("reading the output of git {what} failed: {e}")),

@@ -28,6 +28,7 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 
 use super::chunks::chunks;
 use super::words::CodeTokenizer;
+pub use crate::config::CodebaseConfig;
 use crate::workspace::Workspace;
 use crate::workspace::walk::{self, Visibility};
 
@@ -37,36 +38,6 @@ const VERSION: u32 = 4;
 const COMMIT_EVERY: usize = 2_000;
 /// The manifest holds a path, a hash and a few numbers per file: this is millions of files.
 const MAX_MANIFEST_BYTES: u64 = 256 << 20;
-
-/// `[codebase]` configuration.
-#[derive(Debug, Clone)]
-pub struct CodebaseConfig {
-    /// Snippets returned per query.
-    pub max_results: usize,
-    /// Files larger than this are not indexed.
-    pub max_file_bytes: u64,
-    /// How long a query waits for a running build or refresh.
-    pub wait: Duration,
-    /// Model for `/v1/embeddings` re-ranking (none: BM25 only).
-    pub embeddings_model: Option<String>,
-    /// BM25 candidates re-ranked with embeddings.
-    pub rerank_candidates: usize,
-    /// Globs skipped in addition to the walk's rules (`tools.search_exclude`).
-    pub exclude: Vec<String>,
-}
-
-impl Default for CodebaseConfig {
-    fn default() -> Self {
-        CodebaseConfig {
-            max_results: 8,
-            max_file_bytes: 1024 * 1024,
-            wait: Duration::from_secs(3),
-            embeddings_model: None,
-            rerank_candidates: 30,
-            exclude: Vec::new(),
-        }
-    }
-}
 
 /// What the manifest remembers of an indexed file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -775,7 +746,7 @@ pub fn render_snippet(hit: &Hit, max_lines: usize) -> String {
     let width = (hit.end).to_string().len();
     for (i, l) in lines.iter().take(max_lines).enumerate() {
         let l = if l.len() > 240 {
-            &l[..crate::tools::floor_char_boundary(l, 240)]
+            &l[..crate::text::floor_char_boundary(l, 240)]
         } else {
             l
         };

@@ -76,7 +76,7 @@ pub fn diff(path: &str, old: &str, new: &str, budget: usize) -> (String, Stats) 
         }
         if out.len() + h.len() > budget {
             // Even the first hunk is too big: show its head.
-            let cut = crate::tools::floor_char_boundary(h, budget.saturating_sub(out.len()));
+            let cut = crate::text::floor_char_boundary(h, budget.saturating_sub(out.len()));
             let cut = h[..cut].rfind('\n').map_or(0, |p| p + 1);
             out.push_str(&h[..cut]);
             out.push_str("[hunk cut at the output budget]\n");

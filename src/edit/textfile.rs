@@ -25,7 +25,7 @@ pub struct TextFile {
 impl TextFile {
     /// Decodes file bytes; `Err` explains why the file cannot be edited as text.
     pub fn decode(bytes: &[u8]) -> Result<TextFile, String> {
-        if let Some(kind) = crate::tools::read::binary_kind(bytes) {
+        if let Some(kind) = crate::text::binary_kind(bytes) {
             return Err(format!(
                 "it is a binary file ({kind}); the edit tools only change text files"
             ));

@@ -29,8 +29,8 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value, json};
 
-use super::{ChatRequest, kind_of};
-use crate::error::ApiError;
+use super::fields::{Fields, bool_at, str_at, wrong_type};
+use super::{ChatRequest, RequestError, kind_of};
 
 /// How a client tool was declared, so that its calls go back to the client in that shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,360 +121,54 @@ pub struct ResponsesRequest {
 
 impl ResponsesRequest {
     /// Parses and validates a request body. Every failure names the offending field.
-    pub fn from_slice(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
+    pub fn from_slice(body: &[u8]) -> Result<ResponsesRequest, RequestError> {
         let map = crate::openai::json_object(body, "`model` and `input`")?;
         ResponsesRequest::from_map(map)
     }
 
-    pub fn from_map(mut map: Map<String, Value>) -> Result<ResponsesRequest, ApiError> {
-        for (key, what) in [
-            ("conversation", "conversations are stored by OpenAI"),
-            ("prompt", "prompt templates are stored by OpenAI"),
-        ] {
-            if map.get(key).is_some_and(|v| !v.is_null()) {
-                return Err(ApiError::invalid(
-                    key,
-                    format!(
-                        "`{key}` is not supported: {what}, and toolpilot cannot read them; send \
-                         the conversation in `input` (or continue a response of this server \
-                         with `previous_response_id`)"
-                    ),
-                ));
-            }
-        }
-        match map.get("background") {
-            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-            Some(Value::Bool(true)) => {
-                return Err(ApiError::invalid(
-                    "background",
-                    "`background: true` is not supported; toolpilot answers in the request \
-                     (with the header `x-toolpilot-detach: true` a run goes on without its \
-                     client and can be re-attached with GET /v1/runs/{id}/attach)",
-                ));
-            }
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "background",
-                    format!("`background` must be true or false, got {}", kind_of(other)),
-                ));
-            }
-        }
-
+    pub fn from_map(map: Map<String, Value>) -> Result<ResponsesRequest, RequestError> {
+        let mut f = Fields::new(map);
+        refuse_unsupported(&f)?;
         let mut chat = Map::new();
         let mut echo = Map::new();
-
-        if let Some(model) = map.remove("model") {
-            chat.insert("model".into(), model);
-        }
-        for key in ["stream", "toolpilot"] {
-            if let Some(v) = map.remove(key) {
+        // Read by the chat request as they are.
+        for key in ["model", "stream", "toolpilot"] {
+            if let Some(v) = f.remove(key) {
                 chat.insert(key.into(), v);
             }
         }
-
-        let instructions = match map.remove("instructions") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s),
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "instructions",
-                    format!(
-                        "`instructions` must be a string (the system message), got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        };
-        echo.insert(
-            "instructions".into(),
-            instructions.clone().map(Value::from).unwrap_or(Value::Null),
-        );
-
-        let previous_response_id = match map.remove("previous_response_id") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if !s.trim().is_empty() => Some(s),
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "previous_response_id",
-                    format!(
-                        "`previous_response_id` must be the id of an earlier response \
-                         (\"resp_…\"), got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        };
+        let instructions = f.string("instructions", "a string (the system message)")?;
+        echo.insert("instructions".into(), instructions.clone().into());
+        let previous_response_id = previous_response_id(&mut f)?;
         echo.insert(
             "previous_response_id".into(),
-            previous_response_id
-                .clone()
-                .map(Value::from)
-                .unwrap_or(Value::Null),
+            previous_response_id.clone().into(),
         );
-
-        let store = match map.remove("store") {
-            None | Some(Value::Null) => true,
-            Some(Value::Bool(b)) => b,
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "store",
-                    format!("`store` must be true or false, got {}", kind_of(&other)),
-                ));
-            }
-        };
+        let store = f.bool("store")?.unwrap_or(true);
         echo.insert("store".into(), Value::Bool(store));
-
         // Tools first: the input's calls of custom tools need their kinds.
-        let (tools, kinds) = match map.remove("tools") {
-            None | Some(Value::Null) => {
-                echo.insert("tools".into(), json!([]));
-                (None, HashMap::new())
-            }
-            Some(Value::Array(list)) => {
-                let (specs, kinds) = map_tools(&list)?;
-                echo.insert("tools".into(), Value::Array(list));
-                (Some(specs), kinds)
-            }
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "tools",
-                    format!(
-                        "`tools` must be an array of tool definitions such as \
-                         {{\"type\":\"function\",\"name\":\"…\",\"parameters\":{{…}}}}, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        };
-        if let Some(specs) = tools {
-            chat.insert("tools".into(), Value::Array(specs));
-        }
-
-        match map.remove("tool_choice") {
-            None | Some(Value::Null) => {
-                echo.insert("tool_choice".into(), Value::from("auto"));
-            }
-            Some(choice) => {
-                chat.insert("tool_choice".into(), map_tool_choice(&choice)?);
-                echo.insert("tool_choice".into(), choice);
-            }
-        }
-
-        match map.remove("parallel_tool_calls") {
-            None | Some(Value::Null) => {
-                echo.insert("parallel_tool_calls".into(), Value::Bool(true));
-            }
-            Some(Value::Bool(b)) => {
-                chat.insert("parallel_tool_calls".into(), Value::Bool(b));
-                echo.insert("parallel_tool_calls".into(), Value::Bool(b));
-            }
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "parallel_tool_calls",
-                    format!(
-                        "`parallel_tool_calls` must be true or false, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        }
-
-        for key in ["temperature", "top_p"] {
-            match map.remove(key) {
-                None | Some(Value::Null) => {
-                    echo.insert(key.into(), Value::Null);
-                }
-                Some(Value::Number(n)) => {
-                    chat.insert(key.into(), Value::Number(n.clone()));
-                    echo.insert(key.into(), Value::Number(n));
-                }
-                Some(other) => {
-                    return Err(ApiError::invalid(
-                        key,
-                        format!("`{key}` must be a number, got {}", kind_of(&other)),
-                    ));
-                }
-            }
-        }
-
-        match map.remove("max_output_tokens") {
-            None | Some(Value::Null) => {
-                echo.insert("max_output_tokens".into(), Value::Null);
-            }
-            Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n > 0) => {
-                chat.insert("max_tokens".into(), Value::Number(n.clone()));
-                echo.insert("max_output_tokens".into(), Value::Number(n));
-            }
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "max_output_tokens",
-                    format!("`max_output_tokens` must be a positive integer, got {other}"),
-                ));
-            }
-        }
-
-        match map.remove("text") {
-            None | Some(Value::Null) => {
-                echo.insert("text".into(), json!({"format": {"type": "text"}}));
-            }
-            Some(Value::Object(text)) => {
-                if let Some(format) = text.get("format").filter(|f| !f.is_null()) {
-                    if let Some(rf) = map_text_format(format)? {
-                        chat.insert("response_format".into(), rf);
-                    }
-                }
-                match text.get("verbosity") {
-                    None | Some(Value::Null) => {}
-                    Some(Value::String(v)) => {
-                        chat.insert("verbosity".into(), Value::from(v.as_str()));
-                    }
-                    Some(other) => {
-                        return Err(ApiError::invalid(
-                            "text.verbosity",
-                            format!(
-                                "`text.verbosity` must be \"low\", \"medium\" or \"high\", got {}",
-                                kind_of(other)
-                            ),
-                        ));
-                    }
-                }
-                let mut shown = text.clone();
-                shown
-                    .entry("format")
-                    .or_insert_with(|| json!({"type": "text"}));
-                echo.insert("text".into(), Value::Object(shown));
-            }
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "text",
-                    format!(
-                        "`text` must be an object such as {{\"format\":{{\"type\":\"text\"}}}}, \
-                         got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        }
-
-        match map.remove("reasoning") {
-            None | Some(Value::Null) => {
-                echo.insert("reasoning".into(), Value::Null);
-            }
-            Some(Value::Object(r)) => {
-                match r.get("effort") {
-                    None | Some(Value::Null) => {}
-                    Some(Value::String(e)) => {
-                        chat.insert("reasoning_effort".into(), Value::from(e.as_str()));
-                    }
-                    Some(other) => {
-                        return Err(ApiError::invalid(
-                            "reasoning.effort",
-                            format!(
-                                "`reasoning.effort` must be a string such as \"medium\", got {}",
-                                kind_of(other)
-                            ),
-                        ));
-                    }
-                }
-                echo.insert("reasoning".into(), Value::Object(r));
-            }
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "reasoning",
-                    format!(
-                        "`reasoning` must be an object such as {{\"effort\":\"medium\"}}, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        }
-
-        match map.remove("metadata") {
-            None | Some(Value::Null) => {
-                echo.insert("metadata".into(), json!({}));
-            }
-            Some(Value::Object(m)) => {
-                echo.insert("metadata".into(), Value::Object(m));
-            }
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "metadata",
-                    format!(
-                        "`metadata` must be an object of strings, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        }
-
-        for key in FORWARDED_FIELDS {
-            if let Some(v) = map.remove(*key).filter(|v| !v.is_null()) {
-                echo.insert((*key).into(), v.clone());
-                chat.insert((*key).into(), v);
-            }
-        }
-        for key in IGNORED_FIELDS {
-            if let Some(v) = map.remove(*key) {
-                if matches!(*key, "truncation" | "max_tool_calls" | "top_logprobs") {
-                    echo.insert((*key).into(), v);
-                }
-            }
-        }
-        echo.entry("truncation")
-            .or_insert_with(|| Value::from("disabled"));
-        echo.insert("background".into(), Value::Bool(false));
-
+        let kinds = tools(&mut f, &mut chat, &mut echo)?;
+        options(&mut f, &mut chat, &mut echo)?;
         // Input last: everything it refers to is known by now.
         let mut conv = Conversation::default();
         if let Some(text) = &instructions {
             conv.messages
                 .push(json!({"role": "system", "content": text}));
         }
-        match map.remove("input") {
-            None | Some(Value::Null) => {
-                return Err(ApiError::invalid(
-                    "input",
-                    "`input` is required: a string (the user's message) or an array of input \
-                     items such as [{\"role\":\"user\",\"content\":\"hello\"}]",
-                ));
-            }
-            Some(Value::String(s)) => conv.messages.push(json!({"role": "user", "content": s})),
-            Some(Value::Array(items)) if items.is_empty() && previous_response_id.is_none() => {
-                return Err(ApiError::invalid(
-                    "input",
-                    "`input` is empty: send at least one input item",
-                ));
-            }
-            Some(Value::Array(items)) => {
-                for (i, item) in items.iter().enumerate() {
-                    conv.item(i, item)?;
-                }
-            }
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "input",
-                    format!(
-                        "`input` must be a string or an array of input items, got {}",
-                        kind_of(&other)
-                    ),
-                ));
-            }
-        }
+        conv.input(f.take("input"), previous_response_id.is_some())?;
         if previous_response_id.is_none() {
             if let Some((i, id)) = conv.unmatched.first() {
                 return Err(unmatched_output(*i, id, false));
             }
         }
-
-        if !map.is_empty() {
-            let keys: Vec<&str> = map.keys().map(String::as_str).collect();
+        let rest = f.rest();
+        if !rest.is_empty() {
+            let keys: Vec<&str> = rest.keys().map(String::as_str).collect();
             tracing::warn!(
                 fields = ?keys,
                 "ignored unknown fields of a Responses request (not forwarded upstream)"
             );
         }
-
-        let has_instructions = instructions.is_some();
         let unmatched = std::mem::take(&mut conv.unmatched);
         // Empty only with previous_response_id and an empty input: the stored conversation
         // fills it in `with_prior`. (Chat validation wants a message meanwhile.)
@@ -495,7 +189,7 @@ impl ResponsesRequest {
             store,
             kinds,
             echo,
-            has_instructions,
+            has_instructions: instructions.is_some(),
             unmatched,
         })
     }
@@ -504,7 +198,7 @@ impl ResponsesRequest {
     /// answer included, without its instructions) goes after this request's instructions and
     /// before its input. Every tool output in the input must answer a call made there or in
     /// the input.
-    pub fn with_prior(&mut self, prior: &[Value]) -> Result<(), ApiError> {
+    pub fn with_prior(&mut self, prior: &[Value]) -> Result<(), RequestError> {
         let known: HashSet<&str> = prior
             .iter()
             .filter_map(|m| m.get("tool_calls")?.as_array())
@@ -521,7 +215,7 @@ impl ResponsesRequest {
         let at = usize::from(self.has_instructions);
         self.chat.messages.splice(at..at, prior.iter().cloned());
         if self.chat.messages.is_empty() {
-            return Err(ApiError::invalid(
+            return Err(RequestError::invalid(
                 "input",
                 "`input` is empty and the previous response has no messages: send at least \
                  one input item",
@@ -538,14 +232,186 @@ impl ResponsesRequest {
     }
 }
 
-fn unmatched_output(i: usize, id: &str, had_prior: bool) -> ApiError {
+/// What toolpilot cannot honour: OpenAI-side conversations and prompt templates, and
+/// background responses.
+fn refuse_unsupported(f: &Fields) -> Result<(), RequestError> {
+    for (key, what) in [
+        ("conversation", "conversations are stored by OpenAI"),
+        ("prompt", "prompt templates are stored by OpenAI"),
+    ] {
+        if f.get(key).is_some() {
+            return Err(RequestError::invalid(
+                key,
+                format!(
+                    "`{key}` is not supported: {what}, and toolpilot cannot read them; send \
+                     the conversation in `input` (or continue a response of this server \
+                     with `previous_response_id`)"
+                ),
+            ));
+        }
+    }
+    if bool_at("background", f.get("background"))? == Some(true) {
+        return Err(RequestError::invalid(
+            "background",
+            "`background: true` is not supported; toolpilot answers in the request \
+             (with the header `x-toolpilot-detach: true` a run goes on without its \
+             client and can be re-attached with GET /v1/runs/{id}/attach)",
+        ));
+    }
+    Ok(())
+}
+
+/// `previous_response_id`: a non-empty string.
+fn previous_response_id(f: &mut Fields) -> Result<Option<String>, RequestError> {
+    const KEY: &str = "previous_response_id";
+    const MUST_BE: &str = "the id of an earlier response (\"resp_…\")";
+    match f.string(KEY, MUST_BE)? {
+        Some(s) if s.trim().is_empty() => Err(wrong_type(KEY, MUST_BE, &Value::String(s))),
+        id => Ok(id),
+    }
+}
+
+/// `tools` → chat function tools (and `tool_choice`, `parallel_tool_calls`); returns the
+/// kinds of the client tools that are not plain functions.
+fn tools(
+    f: &mut Fields,
+    chat: &mut Map<String, Value>,
+    echo: &mut Map<String, Value>,
+) -> Result<HashMap<String, ToolKind>, RequestError> {
+    let list = f.array(
+        "tools",
+        "an array of tool definitions such as \
+         {\"type\":\"function\",\"name\":\"…\",\"parameters\":{…}}",
+    )?;
+    let kinds = match list {
+        None => {
+            echo.insert("tools".into(), json!([]));
+            HashMap::new()
+        }
+        Some(list) => {
+            let (specs, kinds) = map_tools(&list)?;
+            echo.insert("tools".into(), Value::Array(list));
+            chat.insert("tools".into(), Value::Array(specs));
+            kinds
+        }
+    };
+    match f.take("tool_choice") {
+        None => {
+            echo.insert("tool_choice".into(), Value::from("auto"));
+        }
+        Some(choice) => {
+            chat.insert("tool_choice".into(), map_tool_choice(&choice)?);
+            echo.insert("tool_choice".into(), choice);
+        }
+    }
+    let parallel = f.bool("parallel_tool_calls")?;
+    if let Some(b) = parallel {
+        chat.insert("parallel_tool_calls".into(), Value::Bool(b));
+    }
+    echo.insert(
+        "parallel_tool_calls".into(),
+        Value::Bool(parallel.unwrap_or(true)),
+    );
+    Ok(kinds)
+}
+
+/// The options: sampling, `max_output_tokens`, `text`, `reasoning`, `metadata`, the
+/// forwarded and the ignored fields; into their chat names, and what the response repeats.
+fn options(
+    f: &mut Fields,
+    chat: &mut Map<String, Value>,
+    echo: &mut Map<String, Value>,
+) -> Result<(), RequestError> {
+    for key in ["temperature", "top_p"] {
+        let n = f.number(key, "a number")?;
+        if let Some(n) = &n {
+            chat.insert(key.into(), Value::Number(n.clone()));
+        }
+        echo.insert(key.into(), n.map_or(Value::Null, Value::Number));
+    }
+    match f.take("max_output_tokens") {
+        None => {
+            echo.insert("max_output_tokens".into(), Value::Null);
+        }
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n > 0) => {
+            chat.insert("max_tokens".into(), Value::Number(n.clone()));
+            echo.insert("max_output_tokens".into(), Value::Number(n));
+        }
+        Some(other) => {
+            return Err(RequestError::invalid(
+                "max_output_tokens",
+                format!("`max_output_tokens` must be a positive integer, got {other}"),
+            ));
+        }
+    }
+    let text = f.object("text", "an object such as {\"format\":{\"type\":\"text\"}}")?;
+    let mut shown = text.clone().unwrap_or_default();
+    if let Some(text) = &text {
+        if let Some(format) = text.get("format").filter(|f| !f.is_null()) {
+            if let Some(rf) = map_text_format(format)? {
+                chat.insert("response_format".into(), rf);
+            }
+        }
+        let verbosity = str_at(
+            "text.verbosity",
+            "\"low\", \"medium\" or \"high\"",
+            text.get("verbosity"),
+        )?;
+        if let Some(v) = verbosity {
+            chat.insert("verbosity".into(), Value::from(v));
+        }
+    }
+    shown
+        .entry("format")
+        .or_insert_with(|| json!({"type": "text"}));
+    echo.insert("text".into(), Value::Object(shown));
+    let reasoning = f.object("reasoning", "an object such as {\"effort\":\"medium\"}")?;
+    if let Some(r) = &reasoning {
+        let effort = str_at(
+            "reasoning.effort",
+            "a string such as \"medium\"",
+            r.get("effort"),
+        )?;
+        if let Some(e) = effort {
+            chat.insert("reasoning_effort".into(), Value::from(e));
+        }
+    }
+    echo.insert(
+        "reasoning".into(),
+        reasoning.map_or(Value::Null, Value::Object),
+    );
+    let metadata = f.object("metadata", "an object of strings")?;
+    echo.insert(
+        "metadata".into(),
+        Value::Object(metadata.unwrap_or_default()),
+    );
+    for key in FORWARDED_FIELDS {
+        if let Some(v) = f.take(key) {
+            echo.insert((*key).into(), v.clone());
+            chat.insert((*key).into(), v);
+        }
+    }
+    for key in IGNORED_FIELDS {
+        if let Some(v) = f.remove(key) {
+            if matches!(*key, "truncation" | "max_tool_calls" | "top_logprobs") {
+                echo.insert((*key).into(), v);
+            }
+        }
+    }
+    echo.entry("truncation")
+        .or_insert_with(|| Value::from("disabled"));
+    echo.insert("background".into(), Value::Bool(false));
+    Ok(())
+}
+
+fn unmatched_output(i: usize, id: &str, had_prior: bool) -> RequestError {
     let hint = if had_prior {
         "neither in `input` nor in the previous response"
     } else {
         "in `input` (include the function_call item before its output, or send the \
          previous_response_id of the response that made the call)"
     };
-    ApiError::invalid(
+    RequestError::invalid(
         &format!("input[{i}].call_id"),
         format!(
             "input[{i}] is the output of call {id:?}, but no call with that id was made {hint}"
@@ -564,10 +430,40 @@ struct Conversation {
 }
 
 impl Conversation {
-    fn item(&mut self, i: usize, item: &Value) -> Result<(), ApiError> {
+    /// `input`: a string (the user's message) or a list of items; empty only when the
+    /// conversation continues a previous response.
+    fn input(&mut self, input: Option<Value>, continues: bool) -> Result<(), RequestError> {
+        match input {
+            None => Err(RequestError::invalid(
+                "input",
+                "`input` is required: a string (the user's message) or an array of input \
+                 items such as [{\"role\":\"user\",\"content\":\"hello\"}]",
+            )),
+            Some(Value::String(s)) => {
+                self.messages.push(json!({"role": "user", "content": s}));
+                Ok(())
+            }
+            Some(Value::Array(items)) if items.is_empty() && !continues => Err(
+                RequestError::invalid("input", "`input` is empty: send at least one input item"),
+            ),
+            Some(Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    self.item(i, item)?;
+                }
+                Ok(())
+            }
+            Some(other) => Err(wrong_type(
+                "input",
+                "a string or an array of input items",
+                &other,
+            )),
+        }
+    }
+
+    fn item(&mut self, i: usize, item: &Value) -> Result<(), RequestError> {
         let param = format!("input[{i}]");
         let Value::Object(o) = item else {
-            return Err(ApiError::invalid(
+            return Err(RequestError::invalid(
                 &param,
                 format!(
                     "{param} must be an input item (an object such as {{\"role\":\"user\",\
@@ -579,14 +475,14 @@ impl Conversation {
         let kind = match o.get("type") {
             None | Some(Value::Null) if o.contains_key("role") => "message",
             None | Some(Value::Null) => {
-                return Err(ApiError::invalid(
+                return Err(RequestError::invalid(
                     &format!("{param}.type"),
                     format!("{param} has neither `type` nor `role`"),
                 ));
             }
             Some(Value::String(t)) => t.as_str(),
             Some(other) => {
-                return Err(ApiError::invalid(
+                return Err(RequestError::invalid(
                     &format!("{param}.type"),
                     format!("{param}.type must be a string, got {}", kind_of(other)),
                 ));
@@ -602,7 +498,7 @@ impl Conversation {
                     Some(Value::String(s)) => s.clone(),
                     Some(Value::Object(a)) => Value::Object(a.clone()).to_string(),
                     Some(other) => {
-                        return Err(ApiError::invalid(
+                        return Err(RequestError::invalid(
                             &format!("{param}.arguments"),
                             format!(
                                 "{param}.arguments must be a JSON string, got {}",
@@ -621,7 +517,7 @@ impl Conversation {
                     None | Some(Value::Null) => "",
                     Some(Value::String(s)) => s.as_str(),
                     Some(other) => {
-                        return Err(ApiError::invalid(
+                        return Err(RequestError::invalid(
                             &format!("{param}.input"),
                             format!("{param}.input must be a string, got {}", kind_of(other)),
                         ));
@@ -636,7 +532,7 @@ impl Conversation {
                         c.as_str()
                     }
                     _ => {
-                        return Err(ApiError::invalid(
+                        return Err(RequestError::invalid(
                             &format!("{param}.call_id"),
                             format!("{param} (a local_shell_call) has no `call_id`"),
                         ));
@@ -665,7 +561,7 @@ impl Conversation {
                         c.as_str()
                     }
                     _ => {
-                        return Err(ApiError::invalid(
+                        return Err(RequestError::invalid(
                             &format!("{param}.call_id"),
                             format!(
                                 "{param} (a {kind}) has no `call_id`: a tool output must name \
@@ -682,7 +578,7 @@ impl Conversation {
                     .push(json!({"role": "tool", "tool_call_id": call_id, "content": content}));
                 Ok(())
             }
-            "item_reference" => Err(ApiError::invalid(
+            "item_reference" => Err(RequestError::invalid(
                 &param,
                 format!(
                     "{param} is an item_reference, which toolpilot cannot resolve (it keeps no \
@@ -694,7 +590,7 @@ impl Conversation {
                 tracing::debug!(item = k, "dropped an input item a chat model cannot read");
                 Ok(())
             }
-            other => Err(ApiError::invalid(
+            other => Err(RequestError::invalid(
                 &format!("{param}.type"),
                 format!(
                     "{param}.type {other:?} is not an input item toolpilot can pass to a chat \
@@ -706,11 +602,11 @@ impl Conversation {
         }
     }
 
-    fn message(&mut self, param: &str, o: &Map<String, Value>) -> Result<(), ApiError> {
+    fn message(&mut self, param: &str, o: &Map<String, Value>) -> Result<(), RequestError> {
         let role = match o.get("role") {
             Some(Value::String(r)) => r.as_str(),
             _ => {
-                return Err(ApiError::invalid(
+                return Err(RequestError::invalid(
                     &format!("{param}.role"),
                     format!(
                         "{param} is a message without a `role`; use user, assistant, system or \
@@ -723,7 +619,7 @@ impl Conversation {
             "user" | "assistant" | "system" => role,
             "developer" => "system",
             other => {
-                return Err(ApiError::invalid(
+                return Err(RequestError::invalid(
                     &format!("{param}.role"),
                     format!(
                         "{param}.role {other:?} is not a message role; use user, assistant, \
@@ -780,12 +676,12 @@ fn required_str<'a>(
     o: &'a Map<String, Value>,
     param: &str,
     key: &str,
-) -> Result<&'a str, ApiError> {
+) -> Result<&'a str, RequestError> {
     match o.get(key) {
         Some(Value::String(s)) if !s.is_empty() => Ok(s),
         _ => {
             let kind = o.get("type").and_then(Value::as_str).unwrap_or("item");
-            Err(ApiError::invalid(
+            Err(RequestError::invalid(
                 &format!("{param}.{key}"),
                 format!("{param} (a {kind}) needs `{key}`, a non-empty string"),
             ))
@@ -811,13 +707,17 @@ fn join_text(a: &str, b: &str) -> String {
 
 /// A message's content in chat form: a string when it is all text (parts joined by a blank
 /// line), else an array of chat content parts.
-fn message_content(param: &str, role: &str, content: Option<&Value>) -> Result<Value, ApiError> {
+fn message_content(
+    param: &str,
+    role: &str,
+    content: Option<&Value>,
+) -> Result<Value, RequestError> {
     let parts = match content {
         None | Some(Value::Null) => return Ok(Value::from("")),
         Some(Value::String(s)) => return Ok(Value::from(s.as_str())),
         Some(Value::Array(parts)) => parts,
         Some(other) => {
-            return Err(ApiError::invalid(
+            return Err(RequestError::invalid(
                 &format!("{param}.content"),
                 format!(
                     "{param}.content must be a string or an array of content parts, got {}",
@@ -836,7 +736,7 @@ fn message_content(param: &str, role: &str, content: Option<&Value>) -> Result<V
             "input_text" | "output_text" | "text" | "refusal" => {
                 let key = if kind == "refusal" { "refusal" } else { "text" };
                 let Some(text) = part.get(key).and_then(Value::as_str) else {
-                    return Err(ApiError::invalid(
+                    return Err(RequestError::invalid(
                         &format!("{pp}.{key}"),
                         format!("{pp} (a {kind} part) needs `{key}`, a string"),
                     ));
@@ -845,7 +745,7 @@ fn message_content(param: &str, role: &str, content: Option<&Value>) -> Result<V
                 chat_parts.push(json!({"type": "text", "text": text}));
             }
             "input_image" | "input_file" if role == "assistant" => {
-                return Err(ApiError::invalid(
+                return Err(RequestError::invalid(
                     &format!("{pp}.type"),
                     format!(
                         "{pp} is an {kind} in an assistant message; assistant messages carry text"
@@ -857,7 +757,7 @@ fn message_content(param: &str, role: &str, content: Option<&Value>) -> Result<V
                 let url = match (part.get("image_url"), part.get("file_id")) {
                     (Some(Value::String(u)), _) => u.as_str(),
                     (_, Some(Value::String(_))) => {
-                        return Err(ApiError::invalid(
+                        return Err(RequestError::invalid(
                             &format!("{pp}.file_id"),
                             format!(
                                 "{pp} names an uploaded file (`file_id`); toolpilot has no Files \
@@ -866,7 +766,7 @@ fn message_content(param: &str, role: &str, content: Option<&Value>) -> Result<V
                         ));
                     }
                     _ => {
-                        return Err(ApiError::invalid(
+                        return Err(RequestError::invalid(
                             &format!("{pp}.image_url"),
                             format!("{pp} (an input_image) needs `image_url`"),
                         ));
@@ -881,7 +781,7 @@ fn message_content(param: &str, role: &str, content: Option<&Value>) -> Result<V
             "input_file" => {
                 rich = true;
                 let Some(data) = part.get("file_data").and_then(Value::as_str) else {
-                    return Err(ApiError::invalid(
+                    return Err(RequestError::invalid(
                         &format!("{pp}.file_data"),
                         format!(
                             "{pp} is an input_file without `file_data`; toolpilot has no Files \
@@ -897,7 +797,7 @@ fn message_content(param: &str, role: &str, content: Option<&Value>) -> Result<V
                 chat_parts.push(json!({"type": "file", "file": file}));
             }
             other => {
-                return Err(ApiError::invalid(
+                return Err(RequestError::invalid(
                     &format!("{pp}.type"),
                     format!(
                         "{pp}.type {other:?} is not a content part toolpilot understands; use \
@@ -915,7 +815,7 @@ fn message_content(param: &str, role: &str, content: Option<&Value>) -> Result<V
 }
 
 /// A tool output as the text of a `role: tool` message.
-fn tool_output(param: &str, output: Option<&Value>) -> Result<String, ApiError> {
+fn tool_output(param: &str, output: Option<&Value>) -> Result<String, RequestError> {
     match output {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
@@ -934,7 +834,7 @@ fn tool_output(param: &str, output: Option<&Value>) -> Result<String, ApiError> 
                     "input_image" => texts.push("[an image was returned here; toolpilot passes tool outputs to the model as text only]"),
                     "input_file" => texts.push("[a file was returned here; toolpilot passes tool outputs to the model as text only]"),
                     other => {
-                        return Err(ApiError::invalid(
+                        return Err(RequestError::invalid(
                             &format!("{param}[{j}].type"),
                             format!(
                                 "{param}[{j}].type {other:?} is not an output part; use \
@@ -946,7 +846,7 @@ fn tool_output(param: &str, output: Option<&Value>) -> Result<String, ApiError> 
             }
             Ok(texts.join("\n\n"))
         }
-        Some(other) => Err(ApiError::invalid(
+        Some(other) => Err(RequestError::invalid(
             param,
             format!(
                 "{param} must be a string or an array of content parts, got {}",
@@ -957,20 +857,20 @@ fn tool_output(param: &str, output: Option<&Value>) -> Result<String, ApiError> 
 }
 
 /// The Responses tools as chat function tools, and the kinds of the non-function ones.
-fn map_tools(list: &[Value]) -> Result<(Vec<Value>, HashMap<String, ToolKind>), ApiError> {
+fn map_tools(list: &[Value]) -> Result<(Vec<Value>, HashMap<String, ToolKind>), RequestError> {
     let mut specs = Vec::with_capacity(list.len());
     let mut kinds = HashMap::new();
     let mut dropped = Vec::new();
     for (i, t) in list.iter().enumerate() {
         let param = format!("tools[{i}]");
         let Value::Object(o) = t else {
-            return Err(ApiError::invalid(
+            return Err(RequestError::invalid(
                 &param,
                 format!("{param} must be an object, got {}", kind_of(t)),
             ));
         };
         let Some(kind) = o.get("type").and_then(Value::as_str) else {
-            return Err(ApiError::invalid(
+            return Err(RequestError::invalid(
                 &format!("{param}.type"),
                 format!("{param} needs a `type` (\"function\", \"custom\", …)"),
             ));
@@ -983,7 +883,7 @@ fn map_tools(list: &[Value]) -> Result<(Vec<Value>, HashMap<String, ToolKind>), 
                         .and_then(Value::as_str)
                         .is_none_or(str::is_empty)
                     {
-                        return Err(ApiError::invalid(
+                        return Err(RequestError::invalid(
                             &format!("{param}.function.name"),
                             format!("{param}.function needs `name`"),
                         ));
@@ -1063,7 +963,7 @@ fn map_tools(list: &[Value]) -> Result<(Vec<Value>, HashMap<String, ToolKind>), 
             }
             k if HOSTED_TOOLS.contains(&k) => dropped.push(k.to_string()),
             other => {
-                return Err(ApiError::invalid(
+                return Err(RequestError::invalid(
                     &format!("{param}.type"),
                     format!(
                         "{param}.type {other:?} is not supported: toolpilot offers function, \
@@ -1084,10 +984,10 @@ fn map_tools(list: &[Value]) -> Result<(Vec<Value>, HashMap<String, ToolKind>), 
     Ok((specs, kinds))
 }
 
-fn tool_name<'a>(o: &'a Map<String, Value>, param: &str) -> Result<&'a str, ApiError> {
+fn tool_name<'a>(o: &'a Map<String, Value>, param: &str) -> Result<&'a str, RequestError> {
     match o.get("name") {
         Some(Value::String(n)) if !n.is_empty() => Ok(n),
-        _ => Err(ApiError::invalid(
+        _ => Err(RequestError::invalid(
             &format!("{param}.name"),
             format!(
                 "{param} needs `name`: tools look like {{\"type\":\"function\",\"name\":\"…\",\
@@ -1098,8 +998,8 @@ fn tool_name<'a>(o: &'a Map<String, Value>, param: &str) -> Result<&'a str, ApiE
 }
 
 /// `tool_choice` in the chat shape.
-fn map_tool_choice(choice: &Value) -> Result<Value, ApiError> {
-    let bad = |msg: String| Err(ApiError::invalid("tool_choice", msg));
+fn map_tool_choice(choice: &Value) -> Result<Value, RequestError> {
+    let bad = |msg: String| Err(RequestError::invalid("tool_choice", msg));
     match choice {
         Value::String(s) => match s.as_str() {
             "auto" | "none" | "required" => Ok(choice.clone()),
@@ -1168,14 +1068,14 @@ fn map_tool_choice(choice: &Value) -> Result<Value, ApiError> {
 }
 
 /// `text.format` as a chat `response_format` (`None` for plain text).
-fn map_text_format(format: &Value) -> Result<Option<Value>, ApiError> {
+fn map_text_format(format: &Value) -> Result<Option<Value>, RequestError> {
     let kind = format.get("type").and_then(Value::as_str);
     match kind {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(json!({"type": "json_object"}))),
         Some("json_schema") => {
             let Some(schema) = format.get("schema").filter(|s| s.is_object()) else {
-                return Err(ApiError::invalid(
+                return Err(RequestError::invalid(
                     "text.format.schema",
                     "text.format {\"type\":\"json_schema\"} needs `schema`, a JSON Schema object",
                 ));
@@ -1197,7 +1097,7 @@ fn map_text_format(format: &Value) -> Result<Option<Value>, ApiError> {
             }
             Ok(Some(json!({"type": "json_schema", "json_schema": js})))
         }
-        _ => Err(ApiError::invalid(
+        _ => Err(RequestError::invalid(
             "text.format",
             format!(
                 "text.format must be {{\"type\":\"text\"}}, {{\"type\":\"json_object\"}} or \
@@ -1225,7 +1125,6 @@ mod tests {
             err.message
         );
         assert_eq!(err.param.as_deref(), param, "{}", err.message);
-        assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
     }
 
     #[test]

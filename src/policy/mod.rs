@@ -14,52 +14,16 @@ use std::collections::BTreeMap;
 use globset::{GlobBuilder, GlobMatcher};
 
 use crate::config::PolicyConfig;
+pub use crate::config::{Level, REFERENCE_TOOLS, known_tool_names};
 pub mod command;
 mod paths;
+mod target;
 
 pub use paths::WorkspaceJudge;
+pub use target::{Access, Target};
 
-use crate::tools::Target;
 use crate::workspace::Workspace;
 use command::{Assessment, Class, CommandPolicy, PathJudge, UserRule, Verdict};
-
-/// A tool's base policy, in Continue's vocabulary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    /// `allowedWithoutPermission`
-    Allow,
-    /// `allowedWithPermission`
-    Ask,
-    /// `disabled`: never offered to the model, calls refused.
-    Disabled,
-}
-
-impl Default for Level {
-    /// Unknown means ask.
-    fn default() -> Self {
-        Level::Ask
-    }
-}
-
-impl Level {
-    pub fn parse(s: &str) -> Option<Level> {
-        match s {
-            "allowedWithoutPermission" | "allow" => Some(Level::Allow),
-            "allowedWithPermission" | "ask" => Some(Level::Ask),
-            "disabled" | "deny" => Some(Level::Disabled),
-            _ => None,
-        }
-    }
-
-    /// Continue's name for the level.
-    pub fn as_continue(self) -> &'static str {
-        match self {
-            Level::Allow => "allowedWithoutPermission",
-            Level::Ask => "allowedWithPermission",
-            Level::Disabled => "disabled",
-        }
-    }
-}
 
 /// What the policy says about one tool call, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,39 +80,6 @@ impl Decision {
     }
 }
 
-/// Every tool name of Continue's reference, with its default policy and whether it is
-/// read-only. The single source of the defaults.
-pub const REFERENCE_TOOLS: &[(&str, Level)] = &[
-    ("read_file", Level::Allow),
-    ("read_file_range", Level::Allow),
-    ("read_currently_open_file", Level::Ask),
-    ("create_new_file", Level::Ask),
-    ("edit_existing_file", Level::Ask),
-    ("single_find_and_replace", Level::Ask),
-    ("multi_edit", Level::Ask),
-    ("search_and_replace_in_file", Level::Ask),
-    ("grep_search", Level::Allow),
-    ("file_glob_search", Level::Allow),
-    ("search_web", Level::Allow),
-    ("view_diff", Level::Allow),
-    ("ls", Level::Allow),
-    ("create_rule_block", Level::Disabled),
-    ("request_rule", Level::Disabled),
-    ("fetch_url_content", Level::Ask),
-    ("codebase", Level::Ask),
-    ("run_terminal_command", Level::Ask),
-    ("read_skill", Level::Ask),
-    ("view_repo_map", Level::Ask),
-    ("view_subdirectory", Level::Ask),
-    // toolpilot's own additions, for background jobs of run_terminal_command.
-    ("check_background_job", Level::Allow),
-    ("stop_background_job", Level::Allow),
-];
-
-pub fn known_tool_names() -> Vec<&'static str> {
-    REFERENCE_TOOLS.iter().map(|(n, _)| *n).collect()
-}
-
 /// The reference's default level for a tool (`Ask` for names it does not list).
 pub fn reference_default(tool: &str) -> Level {
     REFERENCE_TOOLS
@@ -182,7 +113,8 @@ enum Spec {
 
 pub mod protect;
 
-pub use protect::{DEFAULT_PROTECTED, Protected};
+pub use crate::config::DEFAULT_PROTECTED;
+pub use protect::Protected;
 
 /// The compiled policy.
 #[derive(Debug, Clone)]
@@ -672,7 +604,6 @@ fn parse_rule(text: &str) -> Result<(String, Option<Spec>), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::Access;
 
     fn ws() -> (tempfile::TempDir, Workspace) {
         let tmp = tempfile::tempdir().unwrap();

@@ -14,66 +14,6 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::workspace::names::{fold_name, fold_path, literal_names};
 
-/// Paths inside the workspace that are not written without a person's approval. Patterns
-/// with `/` are matched against the whole workspace-relative path (`**/` makes them apply
-/// in every subfolder, where a nested repository or a tool opened on a subfolder reads them
-/// too); patterns without `/` match a file name anywhere. Configurable as `policy.protected`.
-pub const DEFAULT_PROTECTED: &[&str] = &[
-    // git: a repository's control files run programs (hooks, fsmonitor, filters, pagers).
-    "**/.git",
-    "**/.git/**",
-    ".gitattributes",
-    ".gitmodules",
-    ".lfsconfig",
-    "**/.husky/**",
-    ".huskyrc",
-    ".pre-commit-config.yaml",
-    "lefthook.yml",
-    ".lefthook.yml",
-    // CI definitions run on the next push.
-    "**/.github/workflows/**",
-    "**/.github/actions/**",
-    ".gitlab-ci.yml",
-    // Editors and IDEs: tasks, launch configurations and settings that run programs.
-    "**/.vscode/**",
-    "**/.idea/**",
-    "**/.zed/**",
-    "**/.devcontainer/**",
-    "*.code-workspace",
-    ".editorconfig",
-    // Agents: their settings, hooks, MCP servers, permissions, ignore lists and instructions.
-    "**/.continue/**",
-    ".continueignore",
-    "**/.claude/**",
-    ".mcp.json",
-    "**/.cursor/**",
-    ".cursorignore",
-    ".cursorrules",
-    "**/.codex/**",
-    "**/.gemini/**",
-    "**/.roo/**",
-    "**/.kiro/**",
-    "**/.windsurf/**",
-    "**/.amazonq/**",
-    ".aider.conf.yml",
-    ".windsurfrules",
-    ".clinerules",
-    "AGENTS.md",
-    "CLAUDE.md",
-    "GEMINI.md",
-    "**/.github/copilot-instructions.md",
-    // Package managers and shells: settings that name programs to run.
-    ".npmrc",
-    ".yarnrc",
-    ".yarnrc.yml",
-    "**/.cargo/config",
-    "**/.cargo/config.toml",
-    "mise.toml",
-    ".mise.toml",
-    ".env*",
-    ".envrc",
-];
-
 /// One protected-path pattern.
 #[derive(Debug, Clone)]
 struct Entry {
@@ -265,6 +205,7 @@ impl Protected {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DEFAULT_PROTECTED;
 
     fn defaults() -> Protected {
         Protected::new(

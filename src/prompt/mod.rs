@@ -17,12 +17,13 @@ pub mod skills;
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+pub use crate::config::PromptConfig;
+use crate::text::content_text;
 use crate::workspace::Workspace;
 use crate::workspace::walk::{self, Visibility};
 use rules::{Kind, Rules};
@@ -31,33 +32,6 @@ use skills::Skills;
 /// How long loaded rules, skills and the top-level listing are reused before being read
 /// again.
 pub const SNAPSHOT_TTL: Duration = Duration::from_secs(2);
-
-/// `[prompt]` configuration.
-#[derive(Debug, Clone)]
-pub struct PromptConfig {
-    /// Add toolpilot's system message (environment, rules, when to stop).
-    pub system_message: bool,
-    /// Extra text appended to it.
-    pub extra: Option<String>,
-    /// Entries of the top-level listing shown.
-    pub listing_entries: usize,
-    /// The global folder holding `rules/` and `skills/` (`~/.continue` by default).
-    pub global_dir: Option<PathBuf>,
-    /// Read `AGENTS.md` at the workspace root as an always-applied rule.
-    pub agents_md: bool,
-}
-
-impl Default for PromptConfig {
-    fn default() -> Self {
-        PromptConfig {
-            system_message: true,
-            extra: None,
-            listing_entries: 40,
-            global_dir: None,
-            agents_md: true,
-        }
-    }
-}
 
 /// Rules, skills and the top-level listing as read at one moment.
 #[derive(Debug, Default)]
@@ -309,7 +283,7 @@ impl RunPrompt {
         let client_system = messages
             .first()
             .filter(|m| is_system(m))
-            .map(message_text)
+            .map(|m| content_text(m.get("content"), "\n"))
             .unwrap_or_default();
         let rules = &self.snapshot.rules;
         let mut now: Vec<(usize, Option<String>)> = self.applied.clone();
@@ -391,19 +365,6 @@ fn is_system(m: &Value) -> bool {
         m.get("role").and_then(Value::as_str),
         Some("system" | "developer")
     )
-}
-
-/// The text of a message (string content, or its text parts joined).
-fn message_text(m: &Value) -> String {
-    match m.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
 }
 
 /// How [`splice_system`] changed a conversation, for [`unsplice_system`].
@@ -497,7 +458,7 @@ pub fn touched_files(ws: &Workspace, messages: &[Value]) -> Vec<String> {
     for m in &messages[start..] {
         match m.get("role").and_then(Value::as_str) {
             Some("user") => {
-                let text = message_text(m);
+                let text = content_text(m.get("content"), "\n");
                 let mut candidates = 0;
                 for line in text.lines() {
                     if let Some(info) = line.trim_start().strip_prefix("```") {

@@ -10,6 +10,7 @@
 mod console;
 pub mod responses;
 pub mod routes;
+pub mod run;
 pub mod sse;
 pub mod stream;
 
@@ -33,7 +34,6 @@ pub const RUN_ID_HEADER: &str = "x-toolpilot-run-id";
 pub const ADMIN_TOKEN_HEADER: &str = "x-toolpilot-admin-token";
 /// The file in the workspace's state folder that holds a generated admin token (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin-token";
-pub const CURRENT_FILE_HEADER: &str = "x-toolpilot-current-file";
 
 /// Shared by all handlers.
 #[derive(Clone)]

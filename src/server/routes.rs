@@ -8,99 +8,40 @@ use axum::Extension;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use serde_json::json;
 
+use super::run::{DETACH_HEADER, RunHeaders, answer, respond};
 use super::sse::{ChunkEncoder, KEEPALIVE};
-use super::stream::{EventSource, Wire, run_ended_early, sse_response};
-use super::{AppState, CURRENT_FILE_HEADER, RunId};
-use crate::agent::{RunEvent, RunOptions};
+use super::stream::Wire;
+use super::{AppState, RunId};
+use crate::agent::RunEvent;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, ToolCall};
-
-/// The header that asks for a run that goes on without its client (re-attach with
-/// `GET /v1/runs/{id}/attach`).
-pub const DETACH_HEADER: &str = "x-toolpilot-detach";
 
 pub async fn chat_completions(
     State(state): State<AppState>,
     Extension(RunId(run_id)): Extension<RunId>,
-    headers: HeaderMap,
+    headers: Result<RunHeaders, ApiError>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = match body {
         Ok(b) => b,
         Err(rejection) => return body_error(&rejection, state.server.max_body_bytes),
     };
-    let mut req = match ChatRequest::from_slice(&body) {
+    let req = match ChatRequest::from_slice(&body) {
         Ok(r) => r,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let headers = match headers {
+        Ok(h) => h,
         Err(e) => return e.into_response(),
     };
-    if req.current_file.is_none() {
-        req.current_file = headers
-            .get(CURRENT_FILE_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-            .filter(|s| !s.trim().is_empty());
-    }
-    let detach = match headers
-        .get(DETACH_HEADER)
-        .map(|v| v.to_str().map(str::trim))
-    {
-        None => state.server.detach,
-        Some(Ok("1" | "true" | "yes")) => true,
-        Some(Ok("0" | "false" | "no")) => false,
-        Some(_) => {
-            return ApiError::invalid(
-                DETACH_HEADER,
-                format!(
-                    "the {DETACH_HEADER} header must be \"true\" (the run goes on without its \
-                     client and can be re-attached with GET /v1/runs/{{id}}/attach) or \"false\""
-                ),
-            )
-            .into_response();
-        }
-    };
     let model = state.engine.shown_model(&req);
-    let stream = req.stream;
-    let include_usage = req.include_usage;
-    let handle = state.engine.start(
-        req,
-        RunOptions {
-            run_id: run_id.clone(),
-            live: stream,
-            approvals_reachable: true,
-        },
-    );
-    let enc = ChunkEncoder::new(&run_id, &model);
-    if detach {
-        let reader = state.engine.detached.spawn(handle);
-        respond(&state, reader, enc, stream, include_usage).await
-    } else {
-        respond(&state, handle, enc, stream, include_usage).await
-    }
-}
-
-async fn respond<S: EventSource>(
-    state: &AppState,
-    source: S,
-    enc: ChunkEncoder,
-    stream: bool,
-    include_usage: bool,
-) -> Response {
-    if stream {
-        sse_response(
-            source,
-            ChatWire { enc, include_usage },
-            state.server.keepalive,
-            state.server.progress,
-        )
-        .await
-    } else {
-        collect_response(source, enc).await
-    }
+    let wire = ChatWire::new(ChunkEncoder::new(&run_id, &model), req.include_usage);
+    respond(&state, &run_id, req, headers, wire).await
 }
 
 /// `GET /v1/runs/{id}/attach[?stream=false]`: the answer of a detached run, from its start
@@ -122,7 +63,8 @@ pub async fn attach(
     let summary = state.engine.runs.list().into_iter().find(|r| r.id == id);
     let model = summary.map(|s| s.model).unwrap_or_default();
     let stream = q.get("stream").is_none_or(|v| v != "false");
-    respond(&state, reader, ChunkEncoder::new(&id, &model), stream, true).await
+    let wire = ChatWire::new(ChunkEncoder::new(&id, &model), true);
+    answer(&state, reader, wire, stream).await
 }
 
 /// `POST /v1/runs/{id}/cancel`: stops a detached run (and kills its commands).
@@ -159,37 +101,26 @@ pub(crate) fn body_error(rejection: &BytesRejection, limit: usize) -> Response {
     .into_response()
 }
 
-async fn collect_response<S: EventSource>(mut handle: S, enc: ChunkEncoder) -> Response {
-    let mut content = String::new();
-    let mut reasoning = String::new();
-    let mut calls: Vec<ToolCall> = Vec::new();
-    while let Some(ev) = handle.recv().await {
-        match ev {
-            RunEvent::Content(t) => content.push_str(&t),
-            RunEvent::Reasoning(t) => reasoning.push_str(&t),
-            RunEvent::ClientToolCalls(c) => calls = c,
-            RunEvent::ToolStarted { .. }
-            | RunEvent::ToolFinished { .. }
-            | RunEvent::ApprovalPending(_)
-            | RunEvent::ApprovalResolved { .. } => {}
-            RunEvent::Done {
-                finish_reason,
-                usage,
-                ..
-            } => {
-                let body = enc.completion(&content, &reasoning, &calls, &finish_reason, &usage);
-                return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
-            }
-            RunEvent::Failed(e) => return e.into_response(),
-        }
-    }
-    run_ended_early().into_response()
-}
-
-/// Chat-completion chunks.
+/// A run as chat completions: chunks when streamed, one completion otherwise.
 struct ChatWire {
     enc: ChunkEncoder,
     include_usage: bool,
+    /// What a completion answered in one body says, collected as it arrives.
+    content: String,
+    reasoning: String,
+    calls: Vec<ToolCall>,
+}
+
+impl ChatWire {
+    fn new(enc: ChunkEncoder, include_usage: bool) -> ChatWire {
+        ChatWire {
+            enc,
+            include_usage,
+            content: String::new(),
+            reasoning: String::new(),
+            calls: Vec::new(),
+        }
+    }
 }
 
 impl Wire for ChatWire {
@@ -236,6 +167,34 @@ impl Wire for ChatWire {
     fn fail(&mut self, out: &mut BytesMut, error: &ApiError) {
         ChunkEncoder::error(out, &error.body());
         ChunkEncoder::done(out);
+    }
+
+    fn collect(&mut self, ev: RunEvent) -> Option<Response> {
+        match ev {
+            RunEvent::Content(t) => self.content.push_str(&t),
+            RunEvent::Reasoning(t) => self.reasoning.push_str(&t),
+            RunEvent::ClientToolCalls(c) => self.calls = c,
+            RunEvent::ToolStarted { .. }
+            | RunEvent::ToolFinished { .. }
+            | RunEvent::ApprovalPending(_)
+            | RunEvent::ApprovalResolved { .. } => {}
+            RunEvent::Done {
+                finish_reason,
+                usage,
+                ..
+            } => {
+                let body = self.enc.completion(
+                    &self.content,
+                    &self.reasoning,
+                    &self.calls,
+                    &finish_reason,
+                    &usage,
+                );
+                return Some(([(header::CONTENT_TYPE, "application/json")], body).into_response());
+            }
+            RunEvent::Failed(e) => return Some(e.into_response()),
+        }
+        None
     }
 }
 

@@ -54,6 +54,19 @@ pub trait Wire: Send + 'static {
     fn other(&mut self, out: &mut BytesMut, ev: RunEvent) -> bool;
     /// Ends the stream with `error` (the run stopped without saying how).
     fn fail(&mut self, out: &mut BytesMut, error: &ApiError);
+    /// Takes one event of a run answered in one body (not streamed); the response once the
+    /// run has ended.
+    fn collect(&mut self, ev: RunEvent) -> Option<Response>;
+}
+
+/// The run's events from `source`, collected by `wire` into one response.
+pub async fn collect_response<S: EventSource, W: Wire>(mut source: S, mut wire: W) -> Response {
+    while let Some(ev) = source.recv().await {
+        if let Some(response) = wire.collect(ev) {
+            return response;
+        }
+    }
+    run_ended_early().into_response()
 }
 
 pub fn run_ended_early() -> ApiError {
@@ -65,10 +78,7 @@ pub fn progress_line(ev: &RunEvent) -> Option<String> {
     Some(match ev {
         RunEvent::ToolStarted {
             name, arguments, ..
-        } => format!(
-            "running {name} {}",
-            crate::tools::args::preview(arguments, 160)
-        ),
+        } => format!("running {name} {}", crate::text::preview(arguments, 160)),
         RunEvent::ToolFinished {
             name,
             status,
@@ -81,7 +91,7 @@ pub fn progress_line(ev: &RunEvent) -> Option<String> {
              {{\"decision\":\"approve\"}} (or \"deny\") and the admin token in the \
              x-toolpilot-admin-token header; denied automatically after {} s",
             p.tool,
-            crate::tools::args::preview(&p.arguments, 160),
+            crate::text::preview(&p.arguments, 160),
             p.reason,
             p.id,
             p.expires_at.saturating_sub(p.created_at)

@@ -106,9 +106,9 @@ impl Capture {
             "{}\n[... {} bytes of output omitted: showing the first {} and the last {} bytes. \
              Narrow the output (grep, head, tail, a quieter flag) to see the middle ...]\n{}",
             head.trim_end_matches('\n'),
-            crate::tools::read::group(omitted),
-            crate::tools::read::group(self.head.len() as u64),
-            crate::tools::read::group(self.tail.len() as u64),
+            crate::text::group(omitted),
+            crate::text::group(self.head.len() as u64),
+            crate::text::group(self.tail.len() as u64),
             clean(&tail).trim_start_matches('\n'),
         )
     }

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config::TerminalConfig;
+use crate::text::glob_match;
 
 /// Shared terminal state of a server: configuration, sandbox status, background jobs.
 pub struct Terminal {
@@ -272,7 +273,7 @@ impl Terminal {
                 deny_read: self.config.deny_read.clone(),
                 network: self.config.network,
                 unshare,
-                nofile: crate::original_nofile(),
+                nofile: crate::process::original_nofile(),
                 report: Some(report_path(tmp)),
                 argv: vec![self.config.shell.clone(), "-c".into(), command.into()],
             },
@@ -337,31 +338,6 @@ pub fn report_notes(report: &sandbox::Report, workspace: &Path) -> Vec<String> {
     notes
 }
 
-/// `*` matches any run of characters; everything else literally (for variable names).
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == name;
-    }
-    let mut rest = name;
-    for (i, p) in parts.iter().enumerate() {
-        if i == 0 {
-            match rest.strip_prefix(p) {
-                Some(r) => rest = r,
-                None => return false,
-            }
-        } else if i == parts.len() - 1 {
-            return rest.ends_with(p);
-        } else {
-            match rest.find(p) {
-                Some(k) => rest = &rest[k + p.len()..],
-                None => return false,
-            }
-        }
-    }
-    true
-}
-
 /// Seconds, for messages.
 pub fn secs(d: Duration) -> String {
     let s = d.as_secs_f64();
@@ -369,19 +345,5 @@ pub fn secs(d: Duration) -> String {
         format!("{s:.2} s")
     } else {
         format!("{s:.0} s")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn variable_globs() {
-        assert!(glob_match("*_API_KEY", "OPENAI_API_KEY"));
-        assert!(glob_match("*PASSWORD*", "DB_PASSWORD_X"));
-        assert!(glob_match("AWS_SESSION_TOKEN", "AWS_SESSION_TOKEN"));
-        assert!(!glob_match("*_TOKEN", "TOKENS"));
-        assert!(!glob_match("*_API_KEY", "PATH"));
     }
 }

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use super::ToolError;
 use crate::openai::kind_of;
+use crate::text::preview;
 
 /// The arguments of one tool call.
 #[derive(Debug, Clone, Default)]
@@ -117,15 +118,6 @@ impl Args {
     pub fn canonical(&self) -> String {
         let sorted: std::collections::BTreeMap<&String, &Value> = self.map.iter().collect();
         serde_json::to_string(&sorted).unwrap_or_default()
-    }
-}
-
-/// At most `max` bytes of `s`, with an ellipsis when cut.
-pub fn preview(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        s.to_string()
-    } else {
-        format!("{}…", &s[..super::floor_char_boundary(s, max)])
     }
 }
 

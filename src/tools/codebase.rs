@@ -9,12 +9,12 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::args::Args;
-use super::read::group;
-use super::{Access, Invocation, Target, Tool, ToolEnv, ToolError, blocking};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
 use crate::code::index::render_snippet;
 use crate::code::symbols::{self, Lang, MAX_PARSE_BYTES};
 use crate::code::{embed_text, rerank};
-use crate::policy::{Level, reference_default};
+use crate::policy::{Access, Target};
+use crate::text::group;
 use crate::workspace::walk::{self, Visibility};
 
 pub struct Codebase;
@@ -36,9 +36,6 @@ impl Tool for Codebase {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let query = args.string("query")?;
@@ -204,9 +201,6 @@ impl Tool for ViewRepoMap {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, _args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let env = env.clone();

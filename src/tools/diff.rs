@@ -16,9 +16,8 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use super::args::Args;
-use super::read::group;
 use super::{Invocation, Tool, ToolEnv, ToolError};
-use crate::policy::{Level, reference_default};
+use crate::text::group;
 
 pub struct ViewDiff;
 
@@ -37,9 +36,6 @@ impl Tool for ViewDiff {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, _args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let env = env.clone();

@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 use super::args::Args;
-use super::{Access, Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
 use crate::edit::outline::Syntax;
 use crate::edit::place::{self, Outcome};
 use crate::edit::textfile::{TextFile, normalize_input};
 use crate::edit::{blocks, lazy, matching, render, udiff};
-use crate::policy::{Level, reference_default};
+use crate::policy::Access;
 use crate::workspace::write::{CreateError, Version};
 use crate::workspace::{PathError, WorkspacePath};
 
@@ -216,9 +216,6 @@ impl Tool for CreateNewFile {
     fn read_only(&self) -> bool {
         false
     }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
-    }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args.string("filepath")?;
         let contents = match args.get("contents") {
@@ -379,9 +376,6 @@ impl Tool for SingleFindAndReplace {
     fn read_only(&self) -> bool {
         false
     }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
-    }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         prepare_edit(args, env, find_replace_compute(args)?)
     }
@@ -403,9 +397,6 @@ impl Tool for MultiEdit {
     fn read_only(&self) -> bool {
         false
     }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
-    }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         prepare_edit(args, env, multi_edit_compute(args)?)
     }
@@ -426,9 +417,6 @@ impl Tool for SearchAndReplaceInFile {
     fn read_only(&self) -> bool {
         false
     }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
-    }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         prepare_edit(args, env, blocks_compute(args)?)
     }
@@ -448,9 +436,6 @@ impl Tool for EditExistingFile {
     }
     fn read_only(&self) -> bool {
         false
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let (Some(raw), Some(changes)) = (args.opt_string("filepath")?, args.get("changes")) else {
@@ -912,7 +897,7 @@ pub fn verify_apply(original: &str, changes: &str, output: &str) -> Result<(), S
         if !out_lines.contains(t) {
             return Err(format!(
                 "the line `{}` of the changes is missing",
-                super::args::preview(t, 80)
+                crate::text::preview(t, 80)
             ));
         }
     }

@@ -14,9 +14,9 @@ use ignore::WalkState;
 use serde_json::json;
 
 use super::args::Args;
-use super::read::{count, group};
-use super::{Invocation, Target, Tool, ToolEnv, ToolError, blocking};
-use crate::policy::{Level, reference_default};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
+use crate::policy::Target;
+use crate::text::{count, group};
 use crate::workspace::walk::{self, Visibility};
 
 pub struct FileGlobSearch;
@@ -34,9 +34,6 @@ impl Tool for FileGlobSearch {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let pattern = args.string("pattern")?;

@@ -21,9 +21,9 @@ use ignore::WalkState;
 use serde_json::json;
 
 use super::args::Args;
-use super::read::{count, group};
-use super::{Invocation, Target, Tool, ToolEnv, ToolError, blocking};
-use crate::policy::{Level, reference_default};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
+use crate::policy::Target;
+use crate::text::{count, group};
 use crate::workspace::walk::{self, Visibility};
 
 pub struct GrepSearch;
@@ -44,9 +44,6 @@ impl Tool for GrepSearch {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let query = args.string("query")?;

@@ -9,9 +9,10 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::args::Args;
-use super::read::{group, resolve};
-use super::{Access, Invocation, Target, Tool, ToolEnv, ToolError, blocking};
-use crate::policy::{Level, reference_default};
+use super::read::resolve;
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
+use crate::policy::{Access, Target};
+use crate::text::group;
 use crate::workspace::walk::{self, Visibility};
 use crate::workspace::{PathError, WorkspacePath};
 
@@ -34,9 +35,6 @@ impl Tool for Ls {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args

@@ -26,46 +26,11 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ToolsConfig;
-use crate::policy::Level;
+use crate::policy::{Access, Target};
 use crate::workspace::{Workspace, WorkspacePath};
 
+use crate::text::floor_char_boundary;
 pub use registry::Registry;
-
-/// What a tool call acts on, as the policy sees it.
-#[derive(Debug, Clone)]
-pub enum Target {
-    /// A file or directory in the workspace, and what the tool does with it.
-    Path { path: WorkspacePath, access: Access },
-    /// A search pattern (grep query, glob).
-    Pattern(String),
-    /// A command line for `run_terminal_command`, and whether it would run sandboxed.
-    Command { line: String, sandboxed: bool },
-    /// A web address (`fetch_url_content`): the whole URL and its host, lower-case.
-    Url { url: String, host: String },
-}
-
-/// What a tool does with a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Names only (ls, view_subdirectory).
-    List,
-    /// Reads the content.
-    Read,
-    /// Creates the file without reading anything.
-    Write,
-    /// Reads and rewrites the content.
-    Edit,
-}
-
-impl Access {
-    pub fn reads(self) -> bool {
-        matches!(self, Access::Read | Access::Edit)
-    }
-
-    pub fn writes(self) -> bool {
-        matches!(self, Access::Write | Access::Edit)
-    }
-}
 
 /// The policy targets of acting on `path`: the path as named and, when it goes through
 /// in-workspace symlinks, the file it really is (so a link to `.env` is treated like `.env`).
@@ -163,8 +128,6 @@ pub trait Tool: Send + Sync {
     fn parameters(&self) -> serde_json::Value;
     /// Read-only tools may run concurrently with each other within a round.
     fn read_only(&self) -> bool;
-    /// The default policy, from the reference.
-    fn default_policy(&self) -> Level;
     /// Checks the arguments and resolves paths; returns the targets and the work to do.
     fn prepare(&self, args: &args::Args, env: &ToolEnv) -> Result<Invocation, ToolError>;
 }
@@ -229,18 +192,6 @@ pub fn fit_budget(text: String, budget: usize, how_to_get_more: &str) -> String 
         text.len()
     ));
     out
-}
-
-/// The largest index `<= i` that is a char boundary of `s`.
-pub fn floor_char_boundary(s: &str, i: usize) -> usize {
-    if i >= s.len() {
-        return s.len();
-    }
-    let mut i = i;
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 /// All built-in tools toolpilot executes itself, in the order they are offered.

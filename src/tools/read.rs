@@ -12,17 +12,15 @@ use std::io::{BufRead, BufReader, Read};
 use serde_json::json;
 
 use super::args::Args;
-use super::{Access, Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking, path_targets};
 use crate::bounded::{self, Rest};
-use crate::policy::{Level, reference_default};
+use crate::policy::Access;
+use crate::text::{SNIFF_BYTES, binary_kind, group};
 use crate::workspace::{PathError, Workspace, WorkspacePath};
 
 pub struct ReadFile;
 pub struct ReadFileRange;
 pub struct ReadCurrentlyOpenFile;
-
-/// Bytes sniffed for binary content (git uses the same amount).
-const SNIFF_BYTES: usize = 8000;
 
 impl Tool for ReadFile {
     fn name(&self) -> &'static str {
@@ -37,9 +35,6 @@ impl Tool for ReadFile {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args.string("filepath")?;
@@ -68,9 +63,6 @@ impl Tool for ReadFileRange {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args.string("filepath")?;
@@ -113,9 +105,6 @@ impl Tool for ReadCurrentlyOpenFile {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, _args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let Some(raw) = env.current_file.clone() else {
@@ -404,67 +393,9 @@ fn decode(buf: Vec<u8>, path: &WorkspacePath) -> String {
     }
 }
 
-/// If `head` looks binary, a short description of what it is.
-pub fn binary_kind(head: &[u8]) -> Option<&'static str> {
-    const MAGIC: &[(&[u8], &str)] = &[
-        (b"\x89PNG", "PNG image"),
-        (b"\xff\xd8\xff", "JPEG image"),
-        (b"GIF8", "GIF image"),
-        (b"%PDF", "PDF document"),
-        (b"PK\x03\x04", "ZIP archive"),
-        (b"\x1f\x8b", "gzip data"),
-        (b"\x7fELF", "ELF executable"),
-        (b"\0asm", "WebAssembly module"),
-        (b"SQLite format 3\0", "SQLite database"),
-        (b"\x28\xb5\x2f\xfd", "zstd data"),
-    ];
-    for (magic, kind) in MAGIC {
-        if head.starts_with(magic) {
-            return Some(kind);
-        }
-    }
-    if head[..head.len().min(SNIFF_BYTES)].contains(&0) {
-        return Some("contains NUL bytes");
-    }
-    None
-}
-
-/// 1234567 → "1,234,567".
-/// `n` with digit grouping and the noun in singular or plural: `1 file`, `2,048 files`.
-pub fn count(n: u64, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{} {noun}s", group(n))
-    }
-}
-
-pub fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn groups_digits() {
-        assert_eq!(group(0), "0");
-        assert_eq!(group(999), "999");
-        assert_eq!(group(1000), "1,000");
-        assert_eq!(count(1, "file"), "1 file");
-        assert_eq!(count(0, "file"), "0 files");
-        assert_eq!(count(2048, "line"), "2,048 lines");
-        assert_eq!(group(1234567), "1,234,567");
-    }
 
     #[test]
     fn trims_a_cut_multibyte_character() {
@@ -475,12 +406,5 @@ mod tests {
         let mut b = "a€".as_bytes().to_vec();
         trim_partial_utf8(&mut b);
         assert_eq!(b, "a€".as_bytes());
-    }
-
-    #[test]
-    fn recognises_binary_heads() {
-        assert_eq!(binary_kind(b"\x89PNG\r\n"), Some("PNG image"));
-        assert_eq!(binary_kind(b"abc\0def"), Some("contains NUL bytes"));
-        assert_eq!(binary_kind("héllo".as_bytes()), None);
     }
 }

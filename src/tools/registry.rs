@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::args::Args;
-use super::{Target, Tool, ToolEnv, ToolError, builtin_tools, fit_budget};
+use super::{Tool, ToolEnv, ToolError, builtin_tools, fit_budget};
 use crate::config::PolicyConfig;
 use crate::openai::ToolCall;
+use crate::policy::Target;
 use crate::policy::{Decision, Level, Policy};
 
 /// Who let a call run. Commands that only the policy or `--yes` let run keep protected paths

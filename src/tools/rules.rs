@@ -9,8 +9,8 @@
 use serde_json::{Value, json};
 
 use super::args::Args;
-use super::{Access, Invocation, Target, Tool, ToolEnv, ToolError, blocking};
-use crate::policy::{Level, reference_default};
+use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
+use crate::policy::{Access, Target};
 use crate::prompt::rules::{Origin, parse_rule, rule_markdown, sanitize_rule_name};
 use crate::prompt::{Snapshot, skills};
 
@@ -39,9 +39,6 @@ impl Tool for CreateRuleBlock {
     }
     fn read_only(&self) -> bool {
         false
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let name = args.string("name")?;
@@ -157,9 +154,6 @@ impl Tool for RequestRule {
     fn read_only(&self) -> bool {
         false
     }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
-    }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let name = args.string("name")?;
         let snap = env.prompt.snapshot();
@@ -217,9 +211,6 @@ impl Tool for ReadSkill {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let wanted = args.string("skillName")?;

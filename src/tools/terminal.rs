@@ -15,9 +15,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::args::Args;
-use super::{Invocation, Target, Tool, ToolEnv, ToolError};
+use super::{Invocation, Tool, ToolEnv, ToolError};
 use crate::checkpoint::tree::{BlobError, Shadow};
-use crate::policy::{Level, reference_default};
+use crate::policy::Target;
 use crate::terminal::exec::{self, Ended};
 use crate::terminal::guard::{Guard, Report};
 use crate::terminal::jobs::JobState;
@@ -45,9 +45,6 @@ impl Tool for RunTerminalCommand {
     }
     fn read_only(&self) -> bool {
         false
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let command = args.string("command")?;
@@ -475,9 +472,6 @@ impl Tool for CheckBackgroundJob {
     fn read_only(&self) -> bool {
         true
     }
-    fn default_policy(&self) -> Level {
-        Level::Allow
-    }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let job = job_arg(args, env)?;
         Ok(Invocation {
@@ -500,9 +494,6 @@ impl Tool for StopBackgroundJob {
     }
     fn read_only(&self) -> bool {
         false
-    }
-    fn default_policy(&self) -> Level {
-        Level::Allow
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let job = job_arg(args, env)?;

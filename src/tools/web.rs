@@ -11,8 +11,8 @@ use serde_json::json;
 use url::Url;
 
 use super::args::Args;
-use super::{Invocation, Target, Tool, ToolEnv, ToolError};
-use crate::policy::{Level, reference_default};
+use super::{Invocation, Tool, ToolEnv, ToolError};
+use crate::policy::Target;
 use crate::web::fetch::human_bytes;
 
 pub struct FetchUrlContent;
@@ -38,9 +38,6 @@ impl Tool for FetchUrlContent {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let raw = args.string("url")?.trim().to_string();
@@ -175,7 +172,7 @@ fn render_part(
     let start = byte_at(text, offset);
     // The largest end that fits both limits.
     let mut end = byte_at(text, offset + page_chars).min(start + max_bytes);
-    end = crate::tools::floor_char_boundary(text, end);
+    end = crate::text::floor_char_boundary(text, end);
     if end < text.len() {
         // Prefer ending at a paragraph, else a line, in the last quarter of the part.
         let part = &text[start..end];
@@ -232,9 +229,6 @@ impl Tool for SearchWeb {
     }
     fn read_only(&self) -> bool {
         true
-    }
-    fn default_policy(&self) -> Level {
-        reference_default(self.name())
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let query = args.string("query")?.trim().to_string();

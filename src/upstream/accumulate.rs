@@ -255,7 +255,7 @@ impl Accumulator {
                 }
             }
         }
-        let text = content_text(delta.get("content"));
+        let text = crate::text::content_text(delta.get("content"), "");
         if !text.is_empty() {
             let shown = self.text_calls.push(&text);
             if !shown.is_empty() {
@@ -455,18 +455,6 @@ fn merge_name(acc: &mut String, frag: &str) {
     }
 }
 
-/// `content` as text: a string, or the text parts of an array.
-fn content_text(v: Option<&Value>) -> String {
-    match v {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect(),
-        _ => String::new(),
-    }
-}
-
 /// The message of an OpenAI-style error object, or the object itself.
 pub fn error_message(err: &Value) -> String {
     match err {
@@ -490,7 +478,7 @@ pub fn invent_id() -> String {
 }
 
 fn preview(s: &str) -> &str {
-    &s[..crate::tools::floor_char_boundary(s, 200)]
+    &s[..crate::text::floor_char_boundary(s, 200)]
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 
 use serde_json::{Value, json};
 
+use crate::text::{content_text, preview};
+
 /// The model name the demo reports.
 pub const MODEL: &str = "toolpilot-demo";
 
@@ -34,7 +36,7 @@ pub fn respond(request: &Value) -> Vec<String> {
         .unwrap_or(0);
     let question = messages
         .get(last_user)
-        .map(|m| text_of(m.get("content")))
+        .map(|m| content_text(m.get("content"), ""))
         .unwrap_or_default();
     let since = &messages[last_user..];
     let ls_result = tool_result(since, "ls");
@@ -42,7 +44,7 @@ pub fn respond(request: &Value) -> Vec<String> {
 
     let prompt_tokens = messages
         .iter()
-        .map(|m| text_of(m.get("content")).len() / 4)
+        .map(|m| content_text(m.get("content"), "").len() / 4)
         .sum::<usize>() as u64;
 
     if offered.contains(&"ls") && ls_result.is_none() {
@@ -65,7 +67,7 @@ pub fn respond(request: &Value) -> Vec<String> {
     if !question.trim().is_empty() {
         answer.push_str(&format!(
             "You asked: \"{}\"\n\n",
-            clip(question.trim(), 200)
+            preview(question.trim(), 200)
         ));
     }
     match &ls_result {
@@ -77,13 +79,13 @@ pub fn respond(request: &Value) -> Vec<String> {
             if entries.is_empty() || listing.contains("was not run") || listing.contains("failed") {
                 answer.push_str(&format!(
                     "I tried to list the workspace, but: {}\n",
-                    clip(listing, 300)
+                    preview(listing, 300)
                 ));
             } else {
                 answer.push_str(&format!(
                     "I listed the workspace with the ls tool: it has {} top-level entries ({}).\n",
                     entries.len(),
-                    clip(&entries.join(", "), 400)
+                    preview(&entries.join(", "), 400)
                 ));
             }
         }
@@ -187,7 +189,7 @@ fn tool_result(messages: &[Value], tool: &str) -> Option<String> {
     })?;
     messages.iter().find_map(|m| {
         (m.get("role")?.as_str()? == "tool" && m.get("tool_call_id")?.as_str()? == id)
-            .then(|| text_of(m.get("content")))
+            .then(|| content_text(m.get("content"), ""))
     })
 }
 
@@ -200,22 +202,6 @@ fn find_readme(listing: &str) -> Option<String> {
             lower == "readme" || (lower.starts_with("readme.") && !lower.ends_with('/'))
         })
         .map(str::to_string)
-}
-
-fn text_of(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(""),
-        _ => String::new(),
-    }
-}
-
-fn clip(s: &str, max: usize) -> String {
-    crate::tools::args::preview(s, max)
 }
 
 #[cfg(test)]

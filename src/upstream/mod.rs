@@ -3,7 +3,8 @@
 //! [`Upstream::start`] sends one round's request and returns once the response has started
 //! (status checked); [`RoundStream::next_data`] then yields SSE data payloads (or a whole JSON
 //! body, for servers that ignore `stream: true`) under the idle and total timeouts. Upstream
-//! HTTP statuses become [`UpstreamError`] values here and nowhere else; whether to retry is
+//! HTTP statuses become [`UpstreamError`] values here and nowhere else (what the client is
+//! told about one is `error.rs`'s business); whether to retry is
 //! the agent's call, because only it knows whether anything reached the client yet. This
 //! module never touches the filesystem.
 
@@ -11,6 +12,7 @@ pub mod accumulate;
 pub mod body;
 pub mod demo;
 pub mod ollama;
+pub mod overflow;
 pub mod route;
 pub mod sse;
 pub mod textcalls;
@@ -20,11 +22,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use axum::http::StatusCode;
 use serde_json::Value;
 
 use crate::config::{UpstreamConfig, UpstreamKind};
-use crate::error::ApiError;
 pub use body::RequestBody;
 use sse::SseDecoder;
 
@@ -85,7 +85,7 @@ impl UpstreamError {
                 message,
                 ..
             }
-            | UpstreamError::InStream(message) => crate::agent::is_context_overflow(message),
+            | UpstreamError::InStream(message) => overflow::is_overflow(message),
             _ => false,
         }
     }
@@ -104,28 +104,6 @@ impl UpstreamError {
         match self {
             UpstreamError::Status { retry_after, .. } => *retry_after,
             _ => None,
-        }
-    }
-
-    /// The error a client sees: the upstream's message, with 429, 502 or 504.
-    pub fn to_api_error(&self) -> ApiError {
-        let message = self.to_string();
-        match self {
-            UpstreamError::Status { status: 429, .. } => {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
-                    .with_code("upstream_rate_limited")
-            }
-            UpstreamError::Status { status, .. } if matches!(*status, 400 | 404 | 413 | 422) => {
-                let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY);
-                ApiError::new(code, "invalid_request_error", message)
-                    .with_code("upstream_rejected_request")
-            }
-            UpstreamError::Timeout { .. } => {
-                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "upstream_error", message)
-                    .with_code("upstream_timeout")
-            }
-            _ => ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
-                .with_code("upstream_error"),
         }
     }
 }
@@ -285,7 +263,7 @@ pub struct HttpRound {
 
 impl HttpUpstream {
     pub fn new(cfg: UpstreamConfig) -> Result<HttpUpstream, String> {
-        crate::install_crypto_provider();
+        crate::process::install_crypto_provider();
         let chat_url = cfg
             .base_url
             .join("chat/completions")
@@ -469,7 +447,7 @@ impl HttpUpstream {
         }
         UpstreamError::Connect {
             url: self.cfg.base_url.to_string(),
-            reason: error_chain(e),
+            reason: crate::text::error_chain(e),
         }
     }
 
@@ -665,7 +643,7 @@ impl HttpRound {
                         secs: self.idle.as_secs_f64(),
                     });
                 }
-                Ok(Some(Err(e))) => return Err(UpstreamError::Body(error_chain(&e))),
+                Ok(Some(Err(e))) => return Err(UpstreamError::Body(crate::text::error_chain(&e))),
                 Ok(None) => self.ended = true,
                 Ok(Some(Ok(bytes))) => {
                     self.received += bytes.len();
@@ -734,28 +712,14 @@ fn status_message(status: u16, body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
     if text.is_empty() {
-        StatusCode::from_u16(status)
+        reqwest::StatusCode::from_u16(status)
             .ok()
             .and_then(|s| s.canonical_reason())
             .unwrap_or("no message")
             .to_string()
     } else {
-        text[..crate::tools::floor_char_boundary(text, 500)].to_string()
+        text[..crate::text::floor_char_boundary(text, 500)].to_string()
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        let t = inner.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = inner.source();
-    }
-    s
 }
 
 /// The vectors of an OpenAI embeddings response (`data[].embedding`, ordered by `index`).

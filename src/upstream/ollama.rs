@@ -215,7 +215,7 @@ impl NdjsonChunks {
                 self.ready.push_back(
                     json!({"error": {"message": format!(
                         "Ollama sent a line that is not JSON: {}",
-                        &text[..crate::tools::floor_char_boundary(text, 200)]
+                        &text[..crate::text::floor_char_boundary(text, 200)]
                     )}})
                     .to_string(),
                 );

@@ -12,9 +12,29 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Upstream, demo};
+use super::{Upstream, UpstreamError, demo};
 use crate::config::{Alias, Config, ToolMode, UpstreamConfig};
-use crate::error::ApiError;
+
+/// Why a requested model has no upstream.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// The request named no model and no upstream sends one of its own.
+    #[error(
+        "`model` is required: name the upstream model in the request, or start toolpilot with \
+         --model NAME"
+    )]
+    NoModel,
+    /// No alias, name, glob or catch-all upstream takes the name.
+    #[error(
+        "no upstream serves the model {requested:?}. Routable models: {}. (GET /v1/models lists \
+         them; add the name to an upstream's `models` or to `[aliases]`.)",
+        routable.join(", ")
+    )]
+    Unknown {
+        requested: String,
+        routable: Vec<String>,
+    },
+}
 
 /// One upstream and what is known about it.
 pub struct Endpoint {
@@ -163,7 +183,7 @@ impl Upstreams {
     }
 
     /// The upstream and model name for a requested model.
-    pub fn route(&self, requested: Option<&str>) -> Result<Route, ApiError> {
+    pub fn route(&self, requested: Option<&str>) -> Result<Route, RouteError> {
         if self.is_demo() {
             return Ok(Route {
                 endpoint: Arc::clone(&self.endpoints[0]),
@@ -178,11 +198,7 @@ impl Upstreams {
                     return Ok(self.at(i, &m, &m));
                 }
             }
-            return Err(ApiError::invalid(
-                "model",
-                "`model` is required: name the upstream model in the request, or start \
-                 toolpilot with --model NAME",
-            ));
+            return Err(RouteError::NoModel);
         };
         let (name, pinned) = match self.aliases.get(requested) {
             Some(a) => (a.model.as_str(), a.upstream.as_deref()),
@@ -202,18 +218,10 @@ impl Upstreams {
         if let Some(i) = self.catch_all {
             return Ok(self.at(i, name, requested));
         }
-        Err(ApiError::new(
-            axum::http::StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!(
-                "no upstream serves the model {requested:?}. Routable models: {}. \
-                 (GET /v1/models lists them; add the name to an upstream's `models` or to \
-                 `[aliases]`.)",
-                self.routable_names().join(", ")
-            ),
-        )
-        .with_param("model")
-        .with_code("model_not_found"))
+        Err(RouteError::Unknown {
+            requested: requested.to_string(),
+            routable: self.routable_names(),
+        })
     }
 
     fn at(&self, i: usize, model: &str, requested: &str) -> Route {
@@ -270,7 +278,7 @@ impl Upstreams {
 
     /// `GET /v1/models`: aliases, the configured names, and what the upstreams without a
     /// list of their own report (asked concurrently; one that fails is left out and logged).
-    pub async fn models(&self) -> Result<Value, ApiError> {
+    pub async fn models(&self) -> Result<Value, UpstreamError> {
         let mut data: Vec<Value> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         let mut push = |id: &str, owned_by: &str, extra: Option<Value>| {
@@ -326,7 +334,7 @@ impl Upstreams {
                 }
                 Ok(Err(err)) => {
                     tracing::warn!(upstream = %e.name, error = %err, "GET /models failed");
-                    failure = Some(err.to_api_error());
+                    failure = Some(err);
                 }
                 Err(_) => {
                     tracing::warn!(upstream = %e.name, "GET /models took longer than 15 s");

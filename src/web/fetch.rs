@@ -221,7 +221,7 @@ impl Web {
                 FetchError(format!(
                     "reading the response from {url} failed after {}: {}",
                     human_bytes(body.len()),
-                    chain_text(&e)
+                    crate::text::error_chain(&e)
                 ))
             })?;
             let Some(chunk) = chunk else { break };
@@ -263,25 +263,14 @@ impl Web {
         if e.is_connect() {
             return FetchError(format!(
                 "could not connect to {target} ({}): the site is down or unreachable",
-                chain_text(e)
+                crate::text::error_chain(e)
             ));
         }
-        FetchError(format!("the request to {url} failed: {}", chain_text(e)))
+        FetchError(format!(
+            "the request to {url} failed: {}",
+            crate::text::error_chain(e)
+        ))
     }
-}
-
-/// An error and its sources, as one line.
-fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let t = s.to_string();
-        if !parts.iter().any(|p| p.contains(&t)) {
-            parts.push(t);
-        }
-        source = s.source();
-    }
-    parts.join(": ")
 }
 
 fn too_large(url: &Url, max: usize, announced: Option<u64>) -> FetchError {

@@ -11,8 +11,9 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
-use ipnet::IpNet;
 use url::{Host, Url};
+
+pub use crate::config::AllowEntry;
 
 /// Why a URL or address is refused, in words for the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,62 +49,6 @@ impl fmt::Display for DnsFailed {
 }
 
 impl std::error::Error for DnsFailed {}
-
-/// One `web.allow` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AllowEntry {
-    /// An address or range: any host resolving into it may be reached.
-    Range(IpNet),
-    /// A host name: exactly this host.
-    Host(String),
-    /// `*.example.com`: every subdomain of `example.com` (not `example.com` itself).
-    Subdomains(String),
-}
-
-impl AllowEntry {
-    /// Parses `10.0.0.0/8`, `127.0.0.1`, `::1`, `wiki.corp.example` or `*.corp.example`.
-    pub fn parse(text: &str) -> Result<AllowEntry, String> {
-        let t = text.trim().to_ascii_lowercase();
-        if t.is_empty() {
-            return Err("an entry is empty".into());
-        }
-        if let Ok(net) = t.parse::<IpNet>() {
-            return Ok(AllowEntry::Range(net.trunc()));
-        }
-        let bare = t.trim_start_matches('[').trim_end_matches(']');
-        if let Ok(ip) = bare.parse::<IpAddr>() {
-            return Ok(AllowEntry::Range(IpNet::from(ip)));
-        }
-        if t.contains('/') {
-            return Err("not a valid address range; write it like 10.0.0.0/8 or fd00::/8".into());
-        }
-        let (wild, name) = match t.strip_prefix("*.") {
-            Some(rest) => (true, rest),
-            None => (false, t.as_str()),
-        };
-        let name = name.trim_end_matches('.');
-        let valid = !name.is_empty()
-            && name.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && label
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            });
-        if !valid {
-            return Err(
-                "not a host name or address; use a name like wiki.corp.example, *.corp.example, \
-                 an address like 127.0.0.1 or a range like 10.0.0.0/8"
-                    .into(),
-            );
-        }
-        Ok(if wild {
-            AllowEntry::Subdomains(name.to_string())
-        } else {
-            AllowEntry::Host(name.to_string())
-        })
-    }
-}
 
 /// The compiled guard: the allowlist plus the fixed rules.
 #[derive(Debug, Clone, Default)]

@@ -40,7 +40,7 @@ pub struct Web {
 
 impl Web {
     pub fn new(config: &WebConfig) -> Result<Web, String> {
-        crate::install_crypto_provider();
+        crate::process::install_crypto_provider();
         let guard = Arc::new(guard::Guard::new(&config.allow));
         let client = reqwest::Client::builder()
             // Connect only to addresses the guard vetted: the resolver returns nothing else,

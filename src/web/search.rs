@@ -41,7 +41,7 @@ impl Searcher {
                 config.api_key_env.as_deref().unwrap_or("(none)")
             ));
         }
-        crate::install_crypto_provider();
+        crate::process::install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(config.timeout.min(Duration::from_secs(10)))
             .timeout(config.timeout)
@@ -110,18 +110,19 @@ impl Searcher {
                     "could not reach the search provider ({label}) at {}: {}. The provider may \
                      be down; try again later or do without search",
                     c.url.origin().ascii_serialization(),
-                    error_chain(&e)
+                    crate::text::error_chain(&e)
                 )
             }
         })?;
         let status = response.status();
         let mut response = response;
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("reading the answer of {label} failed: {}", error_chain(&e)))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(|e| {
+            format!(
+                "reading the answer of {label} failed: {}",
+                crate::text::error_chain(&e)
+            )
+        })? {
             if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
                 return Err(format!(
                     "the answer of the search provider ({label}) is larger than 2 MiB; it was \
@@ -137,7 +138,7 @@ impl Searcher {
             format!(
                 "the answer of the search provider ({label}) is not the JSON expected ({e}; it \
                  starts with {:?}). {}",
-                crate::tools::args::preview(&String::from_utf8_lossy(&body), 80),
+                crate::text::preview(&String::from_utf8_lossy(&body), 80),
                 if c.provider == SearchProvider::Searxng {
                     "SearXNG answers JSON only when `json` is listed in search.formats of its \
                      settings.yml"
@@ -254,19 +255,6 @@ fn clean(s: &str) -> String {
         .replace("&lt;", "<")
         .replace("&gt;", ">");
     out.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let t = s.to_string();
-        if !parts.iter().any(|p| p.contains(&t)) {
-            parts.push(t);
-        }
-        source = s.source();
-    }
-    parts.join(": ")
 }
 
 /// The results as the model sees them: a short numbered list.

@@ -21,74 +21,12 @@ use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
+pub use crate::config::DEFAULT_SENSITIVE;
+
 /// Longest path argument accepted, in bytes (Linux's PATH_MAX).
 pub const MAX_PATH_BYTES: usize = 4096;
 /// Longest single path component, in bytes (NAME_MAX).
 pub const MAX_COMPONENT_BYTES: usize = 255;
-
-/// Continue's list of security-sensitive files and folders (gitignore syntax). Reads of these
-/// are refused and search tools skip them. Configurable as `workspace.sensitive_files`.
-pub const DEFAULT_SENSITIVE: &[&str] = &[
-    "*.env",
-    "*.env.*",
-    ".env*",
-    "config.json",
-    "config.yaml",
-    "config.yml",
-    "settings.json",
-    "appsettings.json",
-    "appsettings.*.json",
-    "*.key",
-    "*.pem",
-    "*.p12",
-    "*.pfx",
-    "*.crt",
-    "*.cer",
-    "*.jks",
-    "*.keystore",
-    "*.truststore",
-    "*.db",
-    "*.sqlite",
-    "*.sqlite3",
-    "*.mdb",
-    "*.accdb",
-    "*.secret",
-    "*.secrets",
-    "auth.json",
-    "*.token",
-    "*.bak",
-    "*.backup",
-    "*.old",
-    "*.orig",
-    "docker-compose.override.yml",
-    "docker-compose.override.yaml",
-    "id_rsa",
-    "id_dsa",
-    "id_ecdsa",
-    "id_ed25519",
-    "*.ppk",
-    "*.gpg",
-    ".env/",
-    "env/",
-    ".aws/",
-    ".gcp/",
-    ".azure/",
-    ".kube/",
-    ".docker/",
-    "secrets/",
-    ".secrets/",
-    "private/",
-    ".private/",
-    "certs/",
-    "certificates/",
-    "keys/",
-    ".ssh/",
-    ".gnupg/",
-    ".gpg/",
-    "tmp/secrets/",
-    "temp/secrets/",
-    ".tmp/",
-];
 
 /// The workspace: its canonical root, a capability handle on it, and the sensitive-file list.
 pub struct Workspace {

@@ -163,6 +163,37 @@ async fn tools_lists_every_tool_with_its_effective_policy() {
     assert_eq!(tool_lines, 23);
 }
 
+/// A bad rule stops every command before it does anything, with the rule's key named, as it
+/// did when the configuration itself compiled the rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_rule_stops_every_command_with_its_key_named() {
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let cfg = state.path().join("c.toml");
+    std::fs::write(&cfg, "[policy]\ndeny = [\"read_file(\"]\n").unwrap();
+    for args in [&["tools"][..], &["runs"], &["run", "hello"]] {
+        let out = toolpilot()
+            .args(args)
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--workspace")
+            .arg(ws.path())
+            .arg("--state-dir")
+            .arg(state.path())
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            stderr.starts_with(
+                "toolpilot: policy.deny[0] \"read_file(\": a rule is `tool` or `tool(specifier)`"
+            ),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
 async fn spawn_mock(script: serde_json::Value) -> (Child, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("script.json");

@@ -1,6 +1,7 @@
 mod admin;
 mod agent_loop;
 mod approvals;
+mod architecture;
 mod binaries;
 mod codebase;
 mod command_props;

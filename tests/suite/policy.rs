@@ -146,3 +146,27 @@ async fn a_disabled_tool_called_anyway_is_refused() {
         "{r}"
     );
 }
+
+/// The configuration keeps rules as text; the engine compiles them and names the key of a bad
+/// one (and only blames the saved "always allow" rules when one of those is bad).
+#[test]
+fn a_bad_rule_stops_start_up_with_its_key_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[policy]\ndeny = [\"read_file(\"]\n").unwrap();
+    let args = toolpilot::config::CommonArgs {
+        config: Some(path),
+        workspace: Some(dir.path().to_path_buf()),
+        state_dir: Some(dir.path().join("state")),
+        ..Default::default()
+    };
+    let config = toolpilot::config::Config::load_from(&args, &[]).unwrap();
+    let Err(e) = toolpilot::agent::Engine::new(config) else {
+        panic!("a bad rule was accepted");
+    };
+    assert!(
+        e.starts_with("policy.deny[0] \"read_file(\": a rule is `tool` or `tool(specifier)`"),
+        "{e}"
+    );
+    assert!(!e.contains("policy.approved rules come from"), "{e}");
+}

@@ -734,7 +734,7 @@ async fn a_host_name_that_resolves_to_loopback_is_refused_by_the_resolver() {
         Router::new().fallback(any(|| async { "secret" })),
     )
     .await;
-    toolpilot::install_crypto_provider();
+    toolpilot::process::install_crypto_provider();
     let client = |allow: &[String]| {
         reqwest::Client::builder()
             .dns_resolver(Arc::new(GuardResolver {

@@ -289,14 +289,14 @@ impl Drop for TestServer {
 
 /// An HTTP client for tests (loopback only: never through a proxy).
 pub fn client() -> reqwest::Client {
-    toolpilot::install_crypto_provider();
+    toolpilot::process::install_crypto_provider();
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
 /// An HTTP client that sends the admin token with every request (what the console and a
 /// person's scripts do).
 pub fn admin_client(token: &str) -> reqwest::Client {
-    toolpilot::install_crypto_provider();
+    toolpilot::process::install_crypto_provider();
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         toolpilot::server::ADMIN_TOKEN_HEADER,

@@ -14,6 +14,7 @@ use super::models::{self, Facts, Finding, Inv, Targets};
 use super::parse::{Part, Word, fork_bomb, parse};
 use super::wrappers;
 use super::{Class, PathJudge, Verdict};
+pub use crate::config::WritesSwitch;
 
 /// The verdict on one part, and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -48,15 +49,6 @@ impl Assessment {
             parts: Vec::new(),
         }
     }
-}
-
-/// `policy.command_writes`: whether commands that write files inside the workspace run
-/// without approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WritesSwitch {
-    #[default]
-    Ask,
-    Allow,
 }
 
 /// A user rule: a glob over a part's words.

@@ -17,16 +17,17 @@ use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use serde_json::Value;
 
 pub use self::store::Store;
-use super::routes::{DETACH_HEADER, body_error};
-use super::stream::{EventSource, Wire, run_ended_early, sse_response};
-use super::{AppState, CURRENT_FILE_HEADER, RunId};
-use crate::agent::{RunEvent, RunOptions};
+use super::routes::body_error;
+use super::run::{RunHeaders, respond};
+use super::stream::Wire;
+use super::{AppState, RunId};
+use crate::agent::RunEvent;
 use crate::error::ApiError;
 use crate::openai::assistant_message;
 use crate::openai::responses::ResponsesRequest;
@@ -52,7 +53,7 @@ pub async fn create(
     State(state): State<AppState>,
     Extension(RunId(run_id)): Extension<RunId>,
     Extension(store): Extension<Arc<Store>>,
-    headers: HeaderMap,
+    headers: Result<RunHeaders, ApiError>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = match body {
@@ -61,7 +62,7 @@ pub async fn create(
     };
     let mut req = match ResponsesRequest::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(e) => return ApiError::from(e).into_response(),
     };
     if let Some(prev) = req.previous_response_id.clone() {
         let Some(prior) = store.get(&prev) else {
@@ -79,30 +80,12 @@ pub async fn create(
             .into_response();
         };
         if let Err(e) = req.with_prior(&prior) {
-            return e.into_response();
+            return ApiError::from(e).into_response();
         }
     }
-    if req.chat.current_file.is_none() {
-        req.chat.current_file = headers
-            .get(CURRENT_FILE_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-            .filter(|s| !s.trim().is_empty());
-    }
-    let detach = match headers
-        .get(DETACH_HEADER)
-        .map(|v| v.to_str().map(str::trim))
-    {
-        None => state.server.detach,
-        Some(Ok("1" | "true" | "yes")) => true,
-        Some(Ok("0" | "false" | "no")) => false,
-        Some(_) => {
-            return ApiError::invalid(
-                DETACH_HEADER,
-                format!("the {DETACH_HEADER} header must be \"true\" or \"false\""),
-            )
-            .into_response();
-        }
+    let headers = match headers {
+        Ok(h) => h,
+        Err(e) => return e.into_response(),
     };
     let keep = req.store.then(|| Keep {
         store,
@@ -111,75 +94,9 @@ pub async fn create(
     let ResponsesRequest {
         chat, echo, kinds, ..
     } = req;
-    let stream = chat.stream;
     let model = state.engine.shown_model(&chat);
-    let enc = Encoder::new(&run_id, &model, &echo, kinds, stream);
-    let handle = state.engine.start(
-        chat,
-        RunOptions {
-            run_id: run_id.clone(),
-            live: stream,
-            approvals_reachable: true,
-        },
-    );
-    if detach {
-        let reader = state.engine.detached.spawn(handle);
-        respond(&state, reader, enc, stream, keep).await
-    } else {
-        respond(&state, handle, enc, stream, keep).await
-    }
-}
-
-async fn respond<S: EventSource>(
-    state: &AppState,
-    source: S,
-    enc: Encoder,
-    stream: bool,
-    keep: Option<Keep>,
-) -> Response {
-    if stream {
-        sse_response(
-            source,
-            ResponsesWire { enc, keep },
-            state.server.keepalive,
-            state.server.progress,
-        )
-        .await
-    } else {
-        collect_response(source, enc, keep).await
-    }
-}
-
-async fn collect_response<S: EventSource>(
-    mut source: S,
-    mut enc: Encoder,
-    keep: Option<Keep>,
-) -> Response {
-    // Nothing is written without `emit`; the encoder only collects the output.
-    let mut none = BytesMut::new();
-    while let Some(ev) = source.recv().await {
-        match ev {
-            RunEvent::Content(t) => enc.text(&mut none, &t),
-            RunEvent::Reasoning(t) => enc.reasoning(&mut none, &t),
-            RunEvent::ClientToolCalls(calls) => enc.calls(&mut none, &calls),
-            RunEvent::Done {
-                finish_reason,
-                usage,
-                ..
-            } => {
-                let body = enc.finish(&mut none, &finish_reason, &usage);
-                if let Some(keep) = keep {
-                    keep.save(&enc);
-                }
-                return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
-            }
-            RunEvent::Failed(e) => return e.into_response(),
-            // Server-side activity (tools, approvals): a non-streamed answer shows no
-            // progress, as for chat completions.
-            _ => {}
-        }
-    }
-    run_ended_early().into_response()
+    let enc = Encoder::new(&run_id, &model, &echo, kinds, chat.stream);
+    respond(&state, &run_id, chat, headers, ResponsesWire { enc, keep }).await
 }
 
 /// Responses API events.
@@ -228,5 +145,31 @@ impl Wire for ResponsesWire {
 
     fn fail(&mut self, out: &mut BytesMut, error: &ApiError) {
         self.enc.fail(out, error);
+    }
+
+    fn collect(&mut self, ev: RunEvent) -> Option<Response> {
+        // Nothing is written without `emit`; the encoder only collects the output.
+        let mut none = BytesMut::new();
+        match ev {
+            RunEvent::Content(t) => self.enc.text(&mut none, &t),
+            RunEvent::Reasoning(t) => self.enc.reasoning(&mut none, &t),
+            RunEvent::ClientToolCalls(calls) => self.enc.calls(&mut none, &calls),
+            RunEvent::Done {
+                finish_reason,
+                usage,
+                ..
+            } => {
+                let body = self.enc.finish(&mut none, &finish_reason, &usage);
+                if let Some(keep) = self.keep.take() {
+                    keep.save(&self.enc);
+                }
+                return Some(([(header::CONTENT_TYPE, "application/json")], body).into_response());
+            }
+            RunEvent::Failed(e) => return Some(e.into_response()),
+            // Server-side activity (tools, approvals): a non-streamed answer shows no
+            // progress, as for chat completions.
+            _ => {}
+        }
+        None
     }
 }

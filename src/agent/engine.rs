@@ -1,0 +1,285 @@
+//! `Engine`: everything the runs of a server share, and how a run is started.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::detach;
+use super::handoff::Handoffs;
+use super::offer::Offer;
+use super::pause::PauseStore;
+use super::run::{Run, RunError};
+use super::{RunEvent, RunHandle, RunOptions};
+use crate::approvals::Approvals;
+use crate::checkpoint::Store;
+use crate::checkpoint::tree::Shadow;
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::openai::ChatRequest;
+use crate::policy::Policy;
+use crate::runs::Runs;
+use crate::terminal::Terminal;
+use crate::tools::{Registry, ToolEnv};
+use crate::upstream::demo;
+use crate::upstream::route::Upstreams;
+use crate::workspace::Workspace;
+
+/// Everything a run needs, shared by all runs of a server.
+pub struct Engine {
+    pub config: Config,
+    /// The upstreams and how requested models are routed to them.
+    pub upstreams: Upstreams,
+    pub registry: Registry,
+    pub workspace: Arc<Workspace>,
+    /// Where each run's changes are recorded, for undo.
+    pub checkpoints: Store,
+    /// Commands: sandbox, jobs, environment.
+    pub terminal: Arc<Terminal>,
+    /// Whole-tree snapshots of the workspace around commands.
+    pub shadow: Shadow,
+    /// Calls waiting for approval, and the rules "always allow" saved.
+    pub approvals: Arc<Approvals>,
+    /// Conversations handed to clients, to restore the rounds they did not see.
+    pub handoffs: Handoffs,
+    /// What every run did (events, file, metrics).
+    pub runs: Runs,
+    /// Runs paused for an in-band approval.
+    pub pauses: PauseStore,
+    /// Runs that go on without their client (`x-toolpilot-detach`).
+    pub detached: detach::Detached,
+    /// What is offered to the model when the client sends no `tools`, for the rules and
+    /// skills snapshot it was built from (by fingerprint): rebuilt only when they change.
+    default_offer: std::sync::Mutex<(u64, Offer)>,
+    /// The system message, rules and skills.
+    pub prompt: Arc<crate::prompt::Prompt>,
+    /// The codebase index (built on first use).
+    pub code: Arc<crate::code::index::CodeIndex>,
+    tools_config: Arc<crate::config::ToolsConfig>,
+    /// Pages and search for the web tools.
+    pub web: Arc<crate::web::Web>,
+    /// Redacts secrets from every tool result.
+    pub redactor: Arc<crate::redact::Redactor>,
+}
+
+impl Engine {
+    pub fn new(config: Config) -> Result<Engine, String> {
+        let workspace =
+            Workspace::open(&config.workspace, &config.sensitive_files).map_err(|e| {
+                format!(
+                    "cannot open the workspace {}: {e}",
+                    config.workspace.display()
+                )
+            })?;
+        let upstreams = Upstreams::from_config(&config)?;
+        let checkpoints = Store::new(&config.state_dir, workspace.root());
+        let approvals = Arc::new(Approvals::new(checkpoints.dir()));
+        // The configured rules alone first: a bad one is reported with its key, as written.
+        let mut policy = Policy::new(&config.policy)?;
+        let mut policy_config = config.policy.clone();
+        policy_config.approved = approvals.saved_rules()?;
+        if !policy_config.approved.is_empty() {
+            policy = Policy::new(&policy_config).map_err(|e| {
+                format!(
+                    "{e} (policy.approved rules come from {}; remove the bad line there)",
+                    approvals.rules_file().display()
+                )
+            })?;
+        }
+        let terminal = Arc::new(Terminal::new(
+            config.terminal.clone(),
+            config.secret_var_names(),
+            checkpoints.dir().to_path_buf(),
+            policy.protected_paths().clone(),
+        ));
+        let shadow = Shadow::new(checkpoints.dir(), workspace.root());
+        let web = Arc::new(crate::web::Web::new(&config.web)?);
+        let redactor = Arc::new(crate::redact::Redactor::new(&config.secrets));
+        let mut registry = Registry::new(policy, policy_config);
+        if let Some(why) = web.search_unavailable() {
+            if config.web.search.is_some() {
+                tracing::warn!("{why}");
+            }
+            registry.set_unavailable("search_web", why.to_string());
+        }
+        let workspace = Arc::new(workspace);
+        let prompt = Arc::new(crate::prompt::Prompt::new(
+            Arc::clone(&workspace),
+            config.prompt.clone(),
+        ));
+        let code = Arc::new(crate::code::index::CodeIndex::new(
+            checkpoints.dir().join("index"),
+            Arc::clone(&workspace),
+            config.codebase.clone(),
+        ));
+        let snapshot = prompt.snapshot();
+        let default_offer = std::sync::Mutex::new((
+            snapshot.fingerprint,
+            Offer::default(&registry, &config, &snapshot),
+        ));
+        let pauses = PauseStore::new(checkpoints.dir(), config.approvals.pause_expiry);
+        pauses.sweep();
+        Ok(Engine {
+            detached: detach::Detached::default(),
+            pauses,
+            runs: Runs::new(checkpoints.dir(), true),
+            handoffs: Handoffs::new(
+                config.approvals.handoff_max_age,
+                config.approvals.handoff_max_bytes,
+            ),
+            approvals,
+            default_offer,
+            prompt,
+            code,
+            terminal,
+            shadow,
+            checkpoints,
+            tools_config: Arc::new(config.tools.clone()),
+            web,
+            redactor,
+            registry,
+            workspace,
+            upstreams,
+            config,
+        })
+    }
+
+    /// Starts a run in the background.
+    pub fn start(self: &Arc<Self>, req: ChatRequest, opts: RunOptions) -> RunHandle {
+        let (tx, rx) = mpsc::channel(256);
+        let cancel = CancellationToken::new();
+        let engine = Arc::clone(self);
+        let token = cancel.clone();
+        let run_id = opts.run_id.clone();
+        let span = tracing::info_span!("run", run_id = %run_id);
+        let started = Instant::now();
+        self.runs.begin(
+            &run_id,
+            &self.shown_model(&req),
+            &last_user_text(&req.messages),
+            opts.live,
+            req.messages.len(),
+        );
+        let driver = async move {
+            let run = Run {
+                engine: &engine,
+                opts: &opts,
+                tx: &tx,
+                cancel: &token,
+                started,
+            };
+            match run.run(req).await {
+                Ok(()) => {}
+                Err(RunError::ClientGone) => {
+                    engine.runs.end(
+                        &opts.run_id,
+                        "cancelled",
+                        started.elapsed(),
+                        json!({"reason": "the client went away"}),
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.message(), "run failed");
+                    let api = e.into_api();
+                    engine.runs.end(
+                        &opts.run_id,
+                        "failed",
+                        started.elapsed(),
+                        json!({"message": api.message}),
+                    );
+                    let _ = tx.send(RunEvent::Failed(api)).await;
+                }
+            }
+        }
+        .instrument(span.clone());
+        RunHandle {
+            events: rx,
+            driver: Some(Box::pin(driver)),
+            span,
+            engine: Arc::clone(self),
+            started,
+            run_id,
+            _cancel: cancel.drop_guard(),
+        }
+    }
+
+    /// The environment tools of one run get (also used to call tools directly, e.g. from
+    /// benchmarks). `prompt` is recorded with the run's checkpoint.
+    pub fn tool_env(&self, run_id: &str, prompt: &str, cancel: CancellationToken) -> ToolEnv {
+        ToolEnv {
+            workspace: Arc::clone(&self.workspace),
+            config: Arc::clone(&self.tools_config),
+            current_file: None,
+            cancel,
+            checkpoint: self.checkpoints.run(run_id, prompt),
+            seen: Arc::default(),
+            apply: None,
+            terminal: Arc::clone(&self.terminal),
+            shadow: self.shadow.clone(),
+            run_id: run_id.to_string(),
+            web: Arc::clone(&self.web),
+            redactor: Arc::clone(&self.redactor),
+            hops: self
+                .registry
+                .hop_gate(Arc::clone(&self.workspace), self.config.agent.approve_asks),
+            prompt: Arc::clone(&self.prompt),
+            code: Arc::clone(&self.code),
+            embedder: None,
+        }
+    }
+
+    /// The default offer for a rules and skills snapshot (cached while they do not change).
+    pub(super) fn default_offer(&self, snapshot: &crate::prompt::Snapshot) -> Offer {
+        let mut cached = self.default_offer.lock().unwrap_or_else(|e| e.into_inner());
+        if cached.0 != snapshot.fingerprint {
+            *cached = (
+                snapshot.fingerprint,
+                Offer::default(&self.registry, &self.config, snapshot),
+            );
+        }
+        cached.1.clone()
+    }
+
+    /// The model name reported to the client: what it asked for, else what is used.
+    pub fn shown_model(&self, req: &ChatRequest) -> String {
+        req.model
+            .clone()
+            .or_else(|| self.config.agent.model.clone())
+            .unwrap_or_else(|| {
+                if self.upstreams.is_demo() {
+                    demo::MODEL.to_string()
+                } else {
+                    "unknown".to_string()
+                }
+            })
+    }
+
+    /// The model list for `GET /v1/models`: what can be routed.
+    pub async fn models(&self) -> Result<Value, ApiError> {
+        match self.upstreams.models().await {
+            Ok(v) => Ok(v),
+            Err(e) => match &self.config.agent.model {
+                // The upstream has no list (or failed): show the configured model.
+                Some(m) => {
+                    tracing::warn!(error = %e, "upstream GET /models failed; listing the configured model");
+                    Ok(serde_json::json!({"object": "list", "data": [
+                        {"id": m, "object": "model", "created": 0, "owned_by": "upstream"}]}))
+                }
+                None => Err(ApiError::from(&e)),
+            },
+        }
+    }
+}
+
+/// The text of the last user message (for the checkpoint record).
+pub(super) fn last_user_text(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .map(|m| crate::text::content_text(m.get("content"), " "))
+        .unwrap_or_default()
+}

@@ -1,0 +1,139 @@
+//! `Offer`: which tool names the model is offered, which of them run here and which belong
+//! to the client.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::Engine;
+use crate::config::Config;
+use crate::openai::{ChatRequest, tool_spec_name};
+use crate::tools::{Registry, spec_json_for};
+
+/// Which tool names the model is offered, and who executes them.
+#[derive(Clone)]
+pub(super) struct Offer {
+    /// The `tools` array sent upstream, serialised once (per engine for the default set, per
+    /// run otherwise) and shared by every request body (`None`: no tools).
+    pub(super) specs: Option<Bytes>,
+    /// Executed here.
+    pub(super) server: Arc<HashSet<String>>,
+    /// Passed back to the client.
+    pub(super) client: Arc<HashSet<String>>,
+    /// Both (what a tool call written as text may name).
+    pub(super) names: Arc<HashSet<String>>,
+}
+
+impl Offer {
+    pub(super) fn finish(
+        server: HashSet<String>,
+        client: HashSet<String>,
+        specs: Option<Bytes>,
+    ) -> Offer {
+        let names = server.iter().chain(client.iter()).cloned().collect();
+        Offer {
+            specs,
+            server: Arc::new(server),
+            client: Arc::new(client),
+            names: Arc::new(names),
+        }
+    }
+
+    pub(super) fn new(
+        engine: &Engine,
+        req: &ChatRequest,
+        snapshot: &crate::prompt::Snapshot,
+    ) -> Offer {
+        let reg = &engine.registry;
+        let Some(tools) = &req.tools else {
+            // No tools in the request: toolpilot's own set, prepared once per engine (and
+            // again only when the rules or skills its descriptions list change).
+            return engine.default_offer(snapshot);
+        };
+        let mut specs: Vec<&Value> = Vec::new();
+        let (mut server, mut client) = (HashSet::new(), HashSet::new());
+        for spec in tools {
+            let Some(name) = tool_spec_name(spec) else {
+                specs.push(spec);
+                continue;
+            };
+            // The IDE knows its open file; without one in the request, let it answer.
+            let client_knows_better =
+                name == "read_currently_open_file" && req.current_file.is_none();
+            // A built-in that cannot run here (search_web without a provider) stays the
+            // client's, which may well run it.
+            let unavailable_here = reg.unavailable(name).is_some();
+            if reg.get(name).is_some() && !client_knows_better && !unavailable_here {
+                if reg.is_enabled(name) {
+                    server.insert(name.to_string());
+                    specs.push(spec);
+                } else if reg.policy().level_source(name) == "default" {
+                    // Disabled only by Continue's default (create_rule_block, request_rule):
+                    // the client declaring it means its user enabled it there, so it stays
+                    // the client's tool.
+                    client.insert(name.to_string());
+                    specs.push(spec);
+                }
+            } else {
+                client.insert(name.to_string());
+                specs.push(spec);
+            }
+        }
+        Offer::finish(server, client, raw_specs(&specs))
+    }
+
+    /// toolpilot's own set: every enabled built-in, or `agent.default_tools`.
+    pub(super) fn default(
+        reg: &Registry,
+        config: &Config,
+        snapshot: &crate::prompt::Snapshot,
+    ) -> Offer {
+        let wanted = config.agent.default_tools.as_ref();
+        let mut server = HashSet::new();
+        let mut specs = Vec::new();
+        for tool in reg.tools() {
+            let name = tool.name();
+            if wanted.is_some_and(|w| !w.iter().any(|n| n == name)) {
+                continue;
+            }
+            if reg.is_enabled(name) {
+                server.insert(name.to_string());
+                specs.push(spec_json_for(tool, snapshot));
+            }
+        }
+        Offer::finish(
+            server,
+            HashSet::new(),
+            raw_specs(&specs.iter().collect::<Vec<_>>()),
+        )
+    }
+}
+
+/// The `tools` array, serialised once.
+pub(super) fn raw_specs(specs: &[&Value]) -> Option<Bytes> {
+    if specs.is_empty() {
+        return None;
+    }
+    serde_json::to_vec(specs).ok().map(Bytes::from)
+}
+
+pub(super) fn unknown_tool_message(name: &str, offer: &Offer) -> String {
+    let mut names: Vec<&str> = offer
+        .server
+        .iter()
+        .chain(offer.client.iter())
+        .map(String::as_str)
+        .collect();
+    names.sort_unstable();
+    format!(
+        "There is no tool named {name:?} in this conversation, so nothing was run. The tools \
+         you can call are: {}.",
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    )
+}

@@ -1,0 +1,170 @@
+//! `[server]`: the address, the tokens, what a browser may call, streams.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ConfigError, Env, err, positive, secs};
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    /// Required `Authorization: Bearer` token, read from the variable `bearer_token_env`.
+    pub bearer_token: Option<String>,
+    /// The variable the token was read from (for messages).
+    pub bearer_token_env: String,
+    /// The token the approvals, runs and jobs endpoints require (`x-toolpilot-admin-token`),
+    /// also on loopback: from `admin_token_env` when set, else generated for this start.
+    pub admin_token: AdminToken,
+    /// Extra `Host` names accepted besides loopback names (for a non-loopback bind).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins allowed to call the API (none by default).
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    /// Longest silence on a stream before a keep-alive comment is sent.
+    pub keepalive: Duration,
+    /// Where streamed responses show server-side tool activity.
+    pub progress: Progress,
+    /// Runs go on when their client disconnects, and can be re-attached by id (a request's
+    /// `x-toolpilot-detach` header overrides this).
+    pub detach: bool,
+}
+
+/// The admin token and where it came from.
+#[derive(Clone)]
+pub struct AdminToken {
+    value: String,
+    /// The variable named by `server.admin_token_env` (also when it is not set, for messages).
+    pub env: String,
+    /// The value came from that variable (else it was generated at start-up).
+    pub from_env: bool,
+}
+
+impl std::fmt::Debug for AdminToken {
+    /// Never the value (configurations are logged in debug output).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminToken")
+            .field("env", &self.env)
+            .field("from_env", &self.from_env)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdminToken {
+    /// The shortest token accepted from the environment.
+    pub const MIN_LEN: usize = 16;
+
+    /// The token from `var`'s value, or 256 random bits (hex) when it is not set.
+    fn resolve(var: String, value: Option<String>) -> Result<AdminToken, ConfigError> {
+        if let Some(v) = value {
+            let v = v.trim().to_string();
+            if v.len() < Self::MIN_LEN || !v.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(err(format!(
+                    "server.admin_token_env: ${var} must be at least {} printable characters \
+                     without spaces (for example the output of `openssl rand -hex 32`), or unset \
+                     so that toolpilot generates a token at each start",
+                    Self::MIN_LEN
+                )));
+            }
+            return Ok(AdminToken {
+                value: v,
+                env: var,
+                from_env: true,
+            });
+        }
+        let mut bytes = [0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).map_err(
+            |_| err("cannot generate the admin token: the system's random source failed"),
+        )?;
+        Ok(AdminToken {
+            value: bytes.iter().map(|b| format!("{b:02x}")).collect(),
+            env: var,
+            from_env: false,
+        })
+    }
+
+    /// A token with a known value (tests and embedders).
+    pub fn fixed(value: &str) -> AdminToken {
+        AdminToken {
+            value: value.to_string(),
+            env: "TOOLPILOT_ADMIN_TOKEN".into(),
+            from_env: true,
+        }
+    }
+
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// Whether `presented` is the token (in constant time).
+    pub fn matches(&self, presented: &str) -> bool {
+        let (a, b) = (presented.trim().as_bytes(), self.value.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+/// Where a stream shows what toolpilot does between the model's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// `reasoning_content` deltas: clients show them as the model's thinking.
+    Reasoning,
+    /// Visible lines in the answer's text.
+    Text,
+    /// SSE comment lines (`: toolpilot: …`), which clients ignore.
+    Comments,
+    /// Nothing.
+    None,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ServerFile {
+    pub(super) bind: Option<String>,
+    pub(super) bearer_token_env: Option<String>,
+    pub(super) admin_token_env: Option<String>,
+    pub(super) allowed_hosts: Option<Vec<String>>,
+    pub(super) allowed_origins: Option<Vec<String>>,
+    pub(super) max_body_bytes: Option<usize>,
+    pub(super) keepalive_secs: Option<f64>,
+    pub(super) progress: Option<String>,
+    pub(super) detach: Option<bool>,
+}
+
+pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, ConfigError> {
+    let bind_text = s.bind.unwrap_or_else(|| "127.0.0.1:7979".into());
+    let bind: SocketAddr = bind_text.parse().map_err(|_| {
+        err(format!(
+            "server.bind: {bind_text:?} is not an address; use IP:PORT such as 127.0.0.1:7979"
+        ))
+    })?;
+    let bearer_token_env = s
+        .bearer_token_env
+        .unwrap_or_else(|| "TOOLPILOT_BEARER_TOKEN".into());
+    let admin_token_env = s
+        .admin_token_env
+        .unwrap_or_else(|| "TOOLPILOT_ADMIN_TOKEN".into());
+    let admin_value = env(&admin_token_env);
+    Ok(ServerConfig {
+        bind,
+        bearer_token: env(&bearer_token_env),
+        bearer_token_env,
+        admin_token: AdminToken::resolve(admin_token_env, admin_value)?,
+        allowed_hosts: s.allowed_hosts.unwrap_or_default(),
+        allowed_origins: s.allowed_origins.unwrap_or_default(),
+        max_body_bytes: positive("server.max_body_bytes", s.max_body_bytes, 16 * 1024 * 1024)?,
+        keepalive: secs("server.keepalive_secs", s.keepalive_secs, 5.0)?,
+        progress: match s.progress.as_deref() {
+            None | Some("comments") => Progress::Comments,
+            Some("reasoning") => Progress::Reasoning,
+            Some("text") => Progress::Text,
+            Some("none") => Progress::None,
+            Some(other) => {
+                return Err(err(format!(
+                    "server.progress: {other:?} is not one of \"reasoning\", \"text\", \"comments\", \"none\""
+                )));
+            }
+        },
+        detach: s.detach.unwrap_or(false),
+    })
+}
