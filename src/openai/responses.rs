@@ -908,7 +908,9 @@ fn map_tools(list: &[Value]) -> Result<(Vec<Value>, HashMap<String, ToolShape>),
                 let Some(members) = o.get("tools").and_then(Value::as_array) else {
                     return Err(RequestError::invalid(
                         &format!("{param}.tools"),
-                        format!("{param} (a namespace) needs `tools`, the function tools it groups"),
+                        format!(
+                            "{param} (a namespace) needs `tools`, the function tools it groups"
+                        ),
                     ));
                 };
                 let about = o
@@ -1407,7 +1409,10 @@ mod tests {
             r.chat.extra["tool_choice"],
             json!({"type": "function", "function": {"name": "multi_agent_v1__spawn_agent"}})
         );
-        assert_eq!(namespaced_name("mcp__github__", "search"), "mcp__github__search");
+        assert_eq!(
+            namespaced_name("mcp__github__", "search"),
+            "mcp__github__search"
+        );
         // Naming a tool type that cannot be offered is refused: dropping it would change
         // what the client asked for.
         check_err(

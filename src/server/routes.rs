@@ -375,6 +375,8 @@ pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
 
 /// `GET /v1/approvals`: the tool calls waiting for approval now, oldest first.
 pub async fn approvals(State(state): State<AppState>) -> Response {
+    // Someone follows the approvals: runs that need one may wait for it (`auto` mode).
+    state.engine.approvals.followed();
     let list = state.engine.approvals.list();
     axum::Json(serde_json::json!({"object": "list", "data": list})).into_response()
 }

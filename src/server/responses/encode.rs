@@ -305,7 +305,9 @@ impl Encoder {
             let shape = self.kinds.get(&call.name).cloned();
             let kind = shape.as_ref().map_or(ToolKind::Function, |s| s.kind);
             // A namespaced tool's call names the tool as declared, and its namespace.
-            let name = shape.as_ref().map_or(call.name.as_str(), |s| s.name.as_str());
+            let name = shape
+                .as_ref()
+                .map_or(call.name.as_str(), |s| s.name.as_str());
             let namespace = shape.as_ref().and_then(|s| s.namespace.as_deref());
             let with_namespace = |mut item: Value| {
                 if let Some(ns) = namespace {
@@ -317,8 +319,10 @@ impl Encoder {
                 ToolKind::Function => {
                     let id = format!("fc_{}_{index}", self.run_id);
                     if self.emit {
-                        let added = with_namespace(json!({"id": id, "type": "function_call", "status": "in_progress",
-                                           "call_id": call.id, "name": name, "arguments": ""}));
+                        let added = with_namespace(
+                            json!({"id": id, "type": "function_call", "status": "in_progress",
+                                           "call_id": call.id, "name": name, "arguments": ""}),
+                        );
                         self.event(
                             out,
                             "response.output_item.added",
@@ -334,21 +338,22 @@ impl Encoder {
                         self.event(
                             out,
                             "response.function_call_arguments.done",
-                            &format!(
-                                "{loc},\"name\":{},\"arguments\":{args}",
-                                Value::from(name)
-                            ),
+                            &format!("{loc},\"name\":{},\"arguments\":{args}", Value::from(name)),
                         );
                     }
-                    with_namespace(json!({"id": id, "type": "function_call", "status": "completed",
-                           "call_id": call.id, "name": name, "arguments": call.arguments}))
+                    with_namespace(
+                        json!({"id": id, "type": "function_call", "status": "completed",
+                           "call_id": call.id, "name": name, "arguments": call.arguments}),
+                    )
                 }
                 ToolKind::Custom => {
                     let id = format!("ctc_{}_{index}", self.run_id);
                     let input = custom_input(&call.arguments);
                     if self.emit {
-                        let added = with_namespace(json!({"id": id, "type": "custom_tool_call", "status": "in_progress",
-                                           "call_id": call.id, "name": name, "input": ""}));
+                        let added = with_namespace(
+                            json!({"id": id, "type": "custom_tool_call", "status": "in_progress",
+                                           "call_id": call.id, "name": name, "input": ""}),
+                        );
                         self.event(
                             out,
                             "response.output_item.added",
@@ -367,8 +372,10 @@ impl Encoder {
                             &format!("{loc},\"input\":{input}"),
                         );
                     }
-                    with_namespace(json!({"id": id, "type": "custom_tool_call", "status": "completed",
-                           "call_id": call.id, "name": name, "input": input}))
+                    with_namespace(
+                        json!({"id": id, "type": "custom_tool_call", "status": "completed",
+                           "call_id": call.id, "name": name, "input": input}),
+                    )
                 }
                 ToolKind::LocalShell => {
                     let id = format!("lsc_{}_{index}", self.run_id);
