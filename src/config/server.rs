@@ -36,6 +36,9 @@ pub struct ServerConfig {
     /// the request reaches the upstream as it is, without toolpilot's tools, system message or
     /// loop (Continue's apply, edit and autocomplete roles).
     pub plain_prefix: String,
+    /// Where to append what clients send (one JSON line per request), for debugging a client:
+    /// the file holds whole conversations.
+    pub record_requests: Option<std::path::PathBuf>,
 }
 
 /// The admin token and where it came from.
@@ -138,6 +141,7 @@ pub(super) struct ServerFile {
     pub(super) detach: Option<bool>,
     pub(super) augment: Option<Vec<String>>,
     pub(super) plain_prefix: Option<String>,
+    pub(super) record_requests: Option<std::path::PathBuf>,
 }
 
 pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, ConfigError> {
@@ -185,6 +189,7 @@ pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, Conf
             Some(p) => p,
             None => "plain/".into(),
         },
+        record_requests: s.record_requests,
     })
 }
 

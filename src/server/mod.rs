@@ -8,6 +8,7 @@
 //! know axum.
 
 mod console;
+pub mod record;
 pub mod responses;
 pub mod routes;
 pub mod run;
@@ -40,6 +41,15 @@ pub const ADMIN_TOKEN_FILE: &str = "admin-token";
 pub struct AppState {
     pub engine: Arc<Engine>,
     pub server: Arc<ServerConfig>,
+}
+
+impl AppState {
+    /// Appends what a client sent to `server.record_requests`, when set.
+    pub fn record(&self, route: &str, headers: &HeaderMap, body: &[u8]) {
+        if let Some(path) = &self.server.record_requests {
+            record::append(path, route, headers, body);
+        }
+    }
 }
 
 /// The id of the request's run, set by [`run_id_layer`].

@@ -8,7 +8,7 @@ use axum::Extension;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use serde_json::json;
@@ -24,6 +24,7 @@ use crate::openai::{ChatRequest, ToolCall};
 pub async fn chat_completions(
     State(state): State<AppState>,
     Extension(RunId(run_id)): Extension<RunId>,
+    raw_headers: HeaderMap,
     headers: Result<RunHeaders, ApiError>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -31,6 +32,7 @@ pub async fn chat_completions(
         Ok(b) => b,
         Err(rejection) => return body_error(&rejection, state.server.max_body_bytes),
     };
+    state.record("/v1/chat/completions", &raw_headers, &body);
     let req = match ChatRequest::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return ApiError::from(e).into_response(),

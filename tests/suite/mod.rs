@@ -3,6 +3,7 @@ mod agent_loop;
 mod approvals;
 mod architecture;
 mod binaries;
+mod clients;
 mod codebase;
 mod command_props;
 mod command_shells;
