@@ -31,6 +31,7 @@ mod approvers;
 pub mod context;
 pub mod detach;
 mod engine;
+mod forward;
 mod handle;
 mod handoff;
 mod offer;

@@ -46,6 +46,87 @@ pub async fn chat_completions(
     respond(&state, &run_id, req, headers, wire).await
 }
 
+/// `POST /v1/completions`: a plain (fill-in-the-middle, autocomplete) completion, passed
+/// through to the routed upstream as it is, streamed or not.
+pub async fn completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    pass_through(
+        &state,
+        "completions",
+        "`model` and `prompt`",
+        &headers,
+        body,
+    )
+    .await
+}
+
+/// `POST /v1/embeddings`: passed through to the routed upstream as it is.
+pub async fn embeddings(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    pass_through(&state, "embeddings", "`model` and `input`", &headers, body).await
+}
+
+/// A request for `path` of the upstream, without a run: its model routed (a
+/// `server.plain_prefix` on it is taken off, since such a request is plain anyway), retried
+/// and failing like a run's rounds, the answer streamed back as the upstream wrote it.
+async fn pass_through(
+    state: &AppState,
+    path: &str,
+    fields: &str,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) => return body_error(&rejection, state.server.max_body_bytes),
+    };
+    state.record(&format!("/v1/{path}"), headers, &body);
+    let mut map = match crate::openai::json_object(&body, fields) {
+        Ok(m) => m,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let plain = map
+        .get("model")
+        .and_then(serde_json::Value::as_str)
+        .and_then(|m| m.strip_prefix(state.server.plain_prefix.as_str()))
+        .map(str::to_string);
+    if let Some(model) = plain {
+        map.insert("model".into(), model.into());
+    }
+    let forwarded = match state.engine.forward(path, map).await {
+        Ok(f) => f,
+        Err(e) => return e.into_response(),
+    };
+    let idle = forwarded.idle;
+    // Each piece must come within the upstream's idle timeout; a silent upstream ends the
+    // body (the status was sent already).
+    let pieces = futures_util::stream::unfold(forwarded.body, move |mut body| async move {
+        match tokio::time::timeout(idle, futures_util::StreamExt::next(&mut body)).await {
+            Ok(Some(piece)) => Some((piece, body)),
+            Ok(None) => None,
+            Err(_) => {
+                tracing::warn!(?idle, "a passed-through answer went silent; ending it");
+                None
+            }
+        }
+    });
+    let mut resp = Response::new(Body::from_stream(pieces));
+    *resp.status_mut() = StatusCode::from_u16(forwarded.status).unwrap_or(StatusCode::OK);
+    if let Some(ct) = forwarded
+        .content_type
+        .and_then(|ct| HeaderValue::from_str(&ct).ok())
+    {
+        resp.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    resp
+}
+
 /// `GET /v1/runs/{id}/attach[?stream=false]`: the answer of a detached run, from its start
 /// (what was already said is replayed), as a chat-completion stream, or as one completion
 /// when `stream=false` (waits for the end).

@@ -14,6 +14,7 @@ mod edit_corpus;
 mod edits;
 mod errors;
 mod lazy_edits;
+mod passthrough;
 mod policy;
 mod progress;
 mod protect;
