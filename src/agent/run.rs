@@ -369,8 +369,18 @@ impl Run<'_> {
                 _ => "stop",
             }));
         }
-        st.messages
-            .push(assistant_message(&round.content, &round.tool_calls));
+        let mut said = assistant_message(&round.content, &round.tool_calls);
+        // Thinking models that call tools want their reasoning back in the rounds that follow.
+        let send_reasoning = st
+            .route
+            .endpoint
+            .cfg
+            .as_ref()
+            .is_some_and(|c| c.send_reasoning);
+        if send_reasoning && !round.reasoning.is_empty() {
+            said["reasoning_content"] = Value::from(round.reasoning.as_str());
+        }
+        st.messages.push(said);
         let (server_calls, client_calls) = self.partition(st, &round.tool_calls);
         if client_calls.is_empty() && self.pause(st, &server_calls).await? {
             return Ok(Some("stop"));

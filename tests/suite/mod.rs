@@ -13,6 +13,7 @@ mod console;
 mod edit_corpus;
 mod edits;
 mod errors;
+mod gateway;
 mod lazy_edits;
 mod passthrough;
 mod policy;
