@@ -106,7 +106,7 @@ async fn the_augment_header_offers_built_ins_beside_the_clients_tools() {
     };
     let bad = post("read_file, teleport").await.unwrap();
     assert_eq!(bad.status(), 400);
-    let err: Value = bad.json().await.unwrap();
+    let err: Value = serde_json::from_str(&bad.text().await.unwrap()).unwrap();
     let msg = err["error"]["message"].as_str().unwrap();
     assert!(msg.contains("\"teleport\" is not a built-in tool"), "{msg}");
     let ok = post("read_file").await.unwrap();
