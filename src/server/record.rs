@@ -151,7 +151,8 @@ mod tests {
         ];
         let s = shape_of_requests(&records);
         let list = s["/v1/responses"].as_array().unwrap();
-        assert_eq!(list.len(), 2, "{s:#}");
+        // Two requests that differ only in their values have one shape.
+        assert_eq!(list.len(), 1, "{s:#}");
         let first = &list[0];
         assert_eq!(first["model"], "string");
         assert_eq!(first["stream"], "bool");
