@@ -431,7 +431,8 @@ pub async fn undo(
 pub async fn not_found(method: Method, uri: Uri) -> Response {
     ApiError::not_found(format!(
         "unknown endpoint {method} {}: toolpilot serves POST /v1/chat/completions, \
-         POST /v1/responses, GET /v1/models and GET /healthz",
+         POST /v1/responses, POST /v1/completions, POST /v1/embeddings, GET /v1/models and \
+         GET /healthz",
         uri.path()
     ))
     .into_response()
