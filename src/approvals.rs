@@ -64,10 +64,18 @@ struct Pending {
     answer: oneshot::Sender<Verdict>,
 }
 
+/// How recently someone must have listed the waiting calls (`GET /v1/approvals`) to count as
+/// following them: the console lists them every second, a script polling them at least every
+/// few seconds counts too.
+pub const FOLLOWING: Duration = Duration::from_secs(10);
+
 /// The server's waiting calls.
 pub struct Approvals {
     pending: Mutex<BTreeMap<String, Pending>>,
     rules_file: PathBuf,
+    /// When someone last listed the waiting calls: with `approvals.mode = "auto"`, a run
+    /// waits for an approval only while someone follows them (or its client shows them).
+    last_followed: Mutex<Option<std::time::Instant>>,
 }
 
 /// A registered wait; dropping it withdraws the call from the list.
@@ -115,7 +123,24 @@ impl Approvals {
         Approvals {
             pending: Mutex::default(),
             rules_file: state_dir.join("approved-rules.toml"),
+            last_followed: Mutex::default(),
         }
+    }
+
+    /// Someone (the console, a script) looked at the waiting calls now.
+    pub fn followed(&self) {
+        if let Ok(mut t) = self.last_followed.lock() {
+            *t = Some(std::time::Instant::now());
+        }
+    }
+
+    /// Whether someone looked at the waiting calls within `window`.
+    pub fn followed_within(&self, window: Duration) -> bool {
+        self.last_followed
+            .lock()
+            .ok()
+            .and_then(|t| *t)
+            .is_some_and(|t| t.elapsed() <= window)
     }
 
     /// The file "always allow" writes to.

@@ -311,12 +311,8 @@ async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
     let run_id = server::new_run_id();
     let mut handle = engine.start(
         req,
-        RunOptions {
-            run_id: run_id.clone(),
-            live: true,
-            // No server, so nobody can answer an approval: asks are refused at once.
-            approvals_reachable: false,
-        },
+        // No server, so nobody can answer an approval: asks are refused at once.
+        RunOptions::new(run_id.clone(), true),
     );
     let mut stdout = std::io::stdout();
     let mut ended_with_newline = true;

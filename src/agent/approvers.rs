@@ -65,6 +65,8 @@ pub(super) struct RunApprover<'r> {
     pub(super) run_id: &'r str,
     pub(super) tx: &'r mpsc::Sender<RunEvent>,
     pub(super) reachable: bool,
+    /// Someone sees what waits (`approvals.mode = "auto"` waits only then).
+    pub(super) seen: bool,
 }
 
 impl Approver for RunApprover<'_> {
@@ -81,12 +83,19 @@ impl Approver for RunApprover<'_> {
             if cfg.agent.approve_asks && !ask.person_only {
                 return Approval::Approved("--yes".into(), Grant::Yes);
             }
-            let nobody = matches!(cfg.approvals.mode, ApprovalMode::Deny | ApprovalMode::Pause)
-                || !self.reachable;
+            // `auto` with nobody looking: the run pauses before such calls; one that still
+            // gets here (a round that also handed calls to the client) is refused, never
+            // left waiting where nobody sees it.
+            let no_wait = match cfg.approvals.mode {
+                ApprovalMode::Deny | ApprovalMode::Pause => true,
+                ApprovalMode::Auto => !self.seen,
+                ApprovalMode::Wait => false,
+            };
+            let nobody = no_wait || !self.reachable;
             if ask.person_only && nobody {
                 return person_only_refusal(call, reason);
             }
-            if matches!(cfg.approvals.mode, ApprovalMode::Deny | ApprovalMode::Pause) {
+            if no_wait {
                 // (Pause stops runs before such calls; one that still gets here is refused.)
                 return NoApprover.approve(call, ask, targets).await;
             }

@@ -31,6 +31,7 @@ mod approvers;
 pub mod context;
 pub mod detach;
 mod engine;
+mod forward;
 mod handle;
 mod handoff;
 mod offer;
@@ -98,4 +99,28 @@ pub struct RunOptions {
     /// Whether someone can answer an approval while the run waits (the HTTP server is up);
     /// when not, `approvals.mode = "wait"` refuses at once instead of waiting.
     pub approvals_reachable: bool,
+    /// Whether the client shows what waits for approval (a stream whose progress channel it
+    /// displays). With `approvals.mode = "auto"`, a run nobody can see pauses instead of
+    /// waiting.
+    pub approvals_visible: bool,
+    /// Built-in tools to offer besides the client's own (`x-toolpilot-augment`); `None`:
+    /// `server.augment`.
+    pub augment: Option<Vec<String>>,
+    /// A plain completion: the request goes upstream as it is, without toolpilot's tools,
+    /// system message or loop (the model was named with `server.plain_prefix`).
+    pub plain: bool,
+}
+
+impl RunOptions {
+    /// The options of a run with no one to show anything to (`toolpilot run`, tests).
+    pub fn new(run_id: String, live: bool) -> RunOptions {
+        RunOptions {
+            run_id,
+            live,
+            approvals_reachable: false,
+            approvals_visible: false,
+            augment: None,
+            plain: false,
+        }
+    }
 }

@@ -41,10 +41,29 @@ impl Offer {
         }
     }
 
+    /// A plain completion: whatever tools the client declared are its own, none run here.
+    pub(super) fn plain(req: &ChatRequest) -> Offer {
+        let tools = req.tools.as_deref().unwrap_or_default();
+        let client = tools
+            .iter()
+            .filter_map(tool_spec_name)
+            .map(str::to_string)
+            .collect();
+        Offer::finish(
+            HashSet::new(),
+            client,
+            raw_specs(&tools.iter().collect::<Vec<_>>()),
+        )
+    }
+
+    /// The offer for a request: toolpilot's own set when it declares no tools; else the
+    /// built-ins it declares run here, the rest are the client's, and the built-ins named in
+    /// `augment` (`server.augment`, or the request's header) join them, run here.
     pub(super) fn new(
         engine: &Engine,
         req: &ChatRequest,
         snapshot: &crate::prompt::Snapshot,
+        augment: &[String],
     ) -> Offer {
         let reg = &engine.registry;
         let Some(tools) = &req.tools else {
@@ -81,6 +100,17 @@ impl Offer {
                 specs.push(spec);
             }
         }
+        let mut added = Vec::new();
+        for name in augment {
+            if server.contains(name) || client.contains(name) || !reg.is_enabled(name) {
+                continue;
+            }
+            if let Some(tool) = reg.get(name).filter(|_| reg.unavailable(name).is_none()) {
+                server.insert(name.clone());
+                added.push(spec_json_for(tool, snapshot));
+            }
+        }
+        specs.extend(added.iter());
         Offer::finish(server, client, raw_specs(&specs))
     }
 

@@ -180,7 +180,12 @@ impl Run<'_> {
     /// after another until a turn ends the run; `Done` says how.
     pub(super) async fn run(&self, req: ChatRequest) -> Result<(), RunError> {
         let mut st = self.setup(req)?;
-        let finish_reason = match self.resume(&mut st).await? {
+        let resumed = if self.opts.plain {
+            None
+        } else {
+            self.resume(&mut st).await?
+        };
+        let finish_reason = match resumed {
             Some(reason) => reason,
             None => loop {
                 if let Some(reason) = self.turn(&mut st).await? {
@@ -216,18 +221,35 @@ impl Run<'_> {
             tracing::warn!("no upstream configured: the built-in demo model answers this run");
         }
         let snapshot = engine.prompt.snapshot();
-        let offer = Offer::new(engine, &req, &snapshot);
+        let plain = self.opts.plain;
+        let offer = if plain {
+            Offer::plain(&req)
+        } else {
+            let augment = self
+                .opts
+                .augment
+                .as_deref()
+                .unwrap_or(&engine.config.server.augment);
+            Offer::new(engine, &req, &snapshot, augment)
+        };
         let env = self.tool_env(&req, &route);
-        // toolpilot's system message, recomputed per round (rules that start to apply join it).
+        // toolpilot's system message, recomputed per round (rules that start to apply join it);
+        // none for a plain completion.
+        let mut prompt_config = engine.prompt.config.clone();
+        prompt_config.system_message &= !plain;
         let run_prompt = crate::prompt::RunPrompt::new(
             snapshot,
-            &engine.prompt.config,
+            &prompt_config,
             offer.server.contains("request_rule"),
         );
-        let messages = engine
-            .handoffs
-            .restore(&req.messages)
-            .unwrap_or_else(|| req.messages.clone());
+        let messages = if plain {
+            req.messages.clone()
+        } else {
+            engine
+                .handoffs
+                .restore(&req.messages)
+                .unwrap_or_else(|| req.messages.clone())
+        };
         Ok(State {
             shown_model: engine.shown_model(&req),
             ctx: ContextState::new(&req),
@@ -329,6 +351,9 @@ impl Run<'_> {
     /// here: the model called no tool (or no tool may run any more), the run paused for an
     /// approval, or calls went to the client.
     async fn turn(&self, st: &mut State) -> Result<Option<&'static str>, RunError> {
+        if let Some(reason) = self.over_budget(st).await? {
+            return Ok(Some(reason));
+        }
         st.round_no += 1;
         let tools_allowed = st.round_no <= self.engine.config.agent.max_rounds;
         let round = self.answer(st, tools_allowed).await?;
@@ -344,8 +369,18 @@ impl Run<'_> {
                 _ => "stop",
             }));
         }
-        st.messages
-            .push(assistant_message(&round.content, &round.tool_calls));
+        let mut said = assistant_message(&round.content, &round.tool_calls);
+        // Thinking models that call tools want their reasoning back in the rounds that follow.
+        let send_reasoning = st
+            .route
+            .endpoint
+            .cfg
+            .as_ref()
+            .is_some_and(|c| c.send_reasoning);
+        if send_reasoning && !round.reasoning.is_empty() {
+            said["reasoning_content"] = Value::from(round.reasoning.as_str());
+        }
+        st.messages.push(said);
         let (server_calls, client_calls) = self.partition(st, &round.tool_calls);
         if client_calls.is_empty() && self.pause(st, &server_calls).await? {
             return Ok(Some("stop"));
@@ -361,6 +396,38 @@ impl Run<'_> {
             .park(st.req.messages.len(), &st.messages, &ids);
         self.send(RunEvent::ClientToolCalls(client_calls)).await?;
         Ok(Some("tool_calls"))
+    }
+
+    /// `agent.max_tokens_per_run`: before a round after the first, a run whose rounds have
+    /// used up the budget (as the upstream reported their usage) ends with an answer that
+    /// says so, rather than sending another round.
+    async fn over_budget(&self, st: &mut State) -> Result<Option<&'static str>, RunError> {
+        let Some(budget) = self.engine.config.agent.max_tokens_per_run else {
+            return Ok(None);
+        };
+        let used = st.usage.total_tokens;
+        if st.round_no == 0 || used < budget {
+            return Ok(None);
+        }
+        tracing::warn!(used, budget, "the run used up its token budget; ending it");
+        self.engine.runs.event(
+            &self.opts.run_id,
+            "budget",
+            json!({"used": used, "budget": budget, "rounds": st.round_no}),
+        );
+        let text = format!(
+            "{}toolpilot: this run stopped after {} round{} because it used {} tokens, its \
+             budget (agent.max_tokens_per_run = {}). The tool results so far are in the \
+             conversation; ask again to continue.",
+            st.tail.separator(),
+            st.round_no,
+            if st.round_no == 1 { "" } else { "s" },
+            crate::text::group(used),
+            crate::text::group(budget),
+        );
+        st.tail.note(&text);
+        self.send(RunEvent::Content(text)).await?;
+        Ok(Some("length"))
     }
 
     /// The model's answer for this turn: the conversation fitted to the context window and
@@ -519,8 +586,14 @@ impl Run<'_> {
     /// next message resumes it. Whether the run paused.
     async fn pause(&self, st: &mut State, calls: &[ToolCall]) -> Result<bool, RunError> {
         let engine = self.engine;
-        if engine.config.approvals.mode != ApprovalMode::Pause || !self.opts.approvals_reachable {
+        if !self.opts.approvals_reachable {
             return Ok(false);
+        }
+        match engine.config.approvals.mode {
+            ApprovalMode::Pause => {}
+            // Wait only where someone sees what waits; nobody does: ask in the answer.
+            ApprovalMode::Auto if !self.approvals_seen() => {}
+            ApprovalMode::Auto | ApprovalMode::Wait | ApprovalMode::Deny => return Ok(false),
         }
         let yes = engine.config.agent.approve_asks;
         let asks: Vec<pause::Ask> = calls
@@ -574,6 +647,16 @@ impl Run<'_> {
         Ok(true)
     }
 
+    /// Whether someone can see a call that waits for approval: the client shows the stream's
+    /// progress, or someone follows `/v1/approvals` (the console does, every second).
+    fn approvals_seen(&self) -> bool {
+        self.opts.approvals_visible
+            || self
+                .engine
+                .approvals
+                .followed_within(crate::approvals::FOLLOWING)
+    }
+
     /// Runs the server-side calls and appends their results. When no call goes to the client
     /// in the last round that may call tools, its last result says so.
     async fn run_calls(
@@ -615,6 +698,7 @@ impl Run<'_> {
             run_id: &self.opts.run_id,
             tx: self.tx,
             reachable: self.opts.approvals_reachable,
+            seen: self.approvals_seen(),
         };
         self.run_tools_with(calls, offer, env, seen, &approver)
             .await

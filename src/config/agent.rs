@@ -14,6 +14,9 @@ pub struct AgentConfig {
     /// Tools offered when the client sends no `tools`; `None` = every enabled built-in.
     pub default_tools: Option<Vec<String>>,
     pub detect_repeats: bool,
+    /// The most tokens (prompt and completion, summed over its rounds as the upstream reports
+    /// them) a run may use; past it the run ends with an answer that says so.
+    pub max_tokens_per_run: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -23,6 +26,7 @@ pub(super) struct AgentFile {
     pub(super) approve_asks: Option<bool>,
     pub(super) default_tools: Option<Vec<String>>,
     pub(super) detect_repeats: Option<bool>,
+    pub(super) max_tokens_per_run: Option<u64>,
 }
 
 /// `model` is `--model`, else `[upstream] model`; `yes` is `--yes`.
@@ -52,5 +56,13 @@ pub(super) fn resolve(
         approve_asks: yes || a.approve_asks.unwrap_or(false),
         default_tools: a.default_tools,
         detect_repeats: a.detect_repeats.unwrap_or(true),
+        max_tokens_per_run: match a.max_tokens_per_run {
+            Some(0) => {
+                return Err(err(
+                    "agent.max_tokens_per_run must be at least 1 (leave it out for no budget)",
+                ));
+            }
+            n => n,
+        },
     })
 }

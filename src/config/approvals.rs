@@ -9,6 +9,10 @@ use super::{ConfigError, err, positive, secs};
 /// What happens to a call whose policy is `ask` (unless `--yes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApprovalMode {
+    /// `wait` when someone can see what waits (a stream whose progress channel the client
+    /// shows, or someone following `/v1/approvals` or the console), else `pause`: a call never
+    /// waits where nobody sees it.
+    Auto,
     /// The run waits for an approval over HTTP (`/v1/approvals`) or in the console, up to
     /// `timeout`; then the call is denied and the model told why.
     Wait,
@@ -47,12 +51,13 @@ pub(super) struct ApprovalsFile {
 pub(super) fn resolve(ap: ApprovalsFile) -> Result<ApprovalsConfig, ConfigError> {
     Ok(ApprovalsConfig {
         mode: match ap.mode.as_deref() {
-            None | Some("wait") => ApprovalMode::Wait,
+            None | Some("auto") => ApprovalMode::Auto,
+            Some("wait") => ApprovalMode::Wait,
             Some("deny") => ApprovalMode::Deny,
             Some("pause") => ApprovalMode::Pause,
             Some(other) => {
                 return Err(err(format!(
-                    "approvals.mode: {other:?} is not one of \"wait\", \"pause\", \"deny\""
+                    "approvals.mode: {other:?} is not one of \"auto\", \"wait\", \"pause\", \"deny\""
                 )));
             }
         },

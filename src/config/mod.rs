@@ -35,7 +35,7 @@ pub use policy::{
     known_tool_names,
 };
 pub use prompt::PromptConfig;
-pub use server::{AdminToken, Progress, ServerConfig};
+pub use server::{AdminToken, Progress, ServerConfig, augment_list};
 pub use terminal::{DEFAULT_DENY_READ, TerminalConfig};
 pub use tools::ToolsConfig;
 pub use upstream::{Alias, ToolMode, UpstreamConfig, UpstreamKind};

@@ -29,6 +29,16 @@ pub struct ServerConfig {
     /// Runs go on when their client disconnects, and can be re-attached by id (a request's
     /// `x-toolpilot-detach` header overrides this).
     pub detach: bool,
+    /// Built-in tools offered (and run here) besides the client's own, to clients that declare
+    /// their own tool set (Codex, `cn`); a request's `x-toolpilot-augment` header overrides it.
+    pub augment: Vec<String>,
+    /// A model name starting with this (`plain/qwen2.5-coder`) asks for a plain completion:
+    /// the request reaches the upstream as it is, without toolpilot's tools, system message or
+    /// loop (Continue's apply, edit and autocomplete roles).
+    pub plain_prefix: String,
+    /// Where to append what clients send (one JSON line per request), for debugging a client:
+    /// the file holds whole conversations.
+    pub record_requests: Option<std::path::PathBuf>,
 }
 
 /// The admin token and where it came from.
@@ -129,6 +139,9 @@ pub(super) struct ServerFile {
     pub(super) keepalive_secs: Option<f64>,
     pub(super) progress: Option<String>,
     pub(super) detach: Option<bool>,
+    pub(super) augment: Option<Vec<String>>,
+    pub(super) plain_prefix: Option<String>,
+    pub(super) record_requests: Option<std::path::PathBuf>,
 }
 
 pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, ConfigError> {
@@ -166,5 +179,31 @@ pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, Conf
             }
         },
         detach: s.detach.unwrap_or(false),
+        augment: augment_list("server.augment", s.augment.unwrap_or_default())?,
+        plain_prefix: match s.plain_prefix {
+            Some(p) if p.trim().is_empty() => {
+                return Err(err(
+                    "server.plain_prefix must not be empty: every model name would start with it",
+                ));
+            }
+            Some(p) => p,
+            None => "plain/".into(),
+        },
+        record_requests: s.record_requests,
     })
+}
+
+/// A list of built-in tool names to offer besides a client's own (`server.augment`, the
+/// `x-toolpilot-augment` header): each must be a built-in tool; `where_` names the source.
+pub fn augment_list(where_: &str, names: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    let known = super::known_tool_names();
+    for name in &names {
+        if !known.contains(&name.as_str()) {
+            return Err(err(format!(
+                "{where_}: {name:?} is not a built-in tool; known tools: {}",
+                known.join(", ")
+            )));
+        }
+    }
+    Ok(names)
 }

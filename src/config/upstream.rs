@@ -40,6 +40,10 @@ pub struct UpstreamConfig {
     /// Ask the upstream for a usage chunk (`stream_options.include_usage`).
     pub request_usage: bool,
     pub max_response_bytes: usize,
+    /// Send the model's `reasoning_content` back with its assistant messages in the rounds of
+    /// a run (thinking models that call tools, such as DeepSeek's, require it); off: it is
+    /// only shown to the client.
+    pub send_reasoning: bool,
 }
 
 /// How the model is told about tools.
@@ -92,6 +96,7 @@ pub(super) struct UpstreamFile {
     pub(super) tool_mode: Option<String>,
     pub(super) kind: Option<String>,
     pub(super) fallback: Option<Vec<String>>,
+    pub(super) send_reasoning: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -223,6 +228,7 @@ fn resolve_upstream(
         retry_max_wait,
         request_usage: u.request_usage.or(inherit.request_usage).unwrap_or(true),
         max_response_bytes,
+        send_reasoning: u.send_reasoning.or(inherit.send_reasoning).unwrap_or(false),
     })
 }
 

@@ -218,6 +218,8 @@ impl MockUpstream {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/chat/completions", post(chat))
+            .route("/v1/completions", post(completions))
+            .route("/completions", post(completions))
             .route("/v1/embeddings", post(embeddings))
             .route("/embeddings", post(embeddings))
             .route("/v1/models", get(models))
@@ -600,6 +602,62 @@ fn set_outcome(shared: &Shared, i: usize, outcome: &str) {
         }
     }
     save_record(shared);
+}
+
+/// `POST /v1/completions` (the legacy text completion, what autocomplete sends): the next
+/// round's `text` as a `text_completion`, streamed in `chunk_size` pieces when the request
+/// asks for a stream; a round with `status` is that error. Recorded like chat requests.
+async fn completions(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (record_index, round_index, body_json) = begin(&shared, peer, &uri, &headers, &body);
+    set_outcome(&shared, record_index, "completed");
+    let Some(round) = round_index.map(|i| shared.script.rounds[i].clone()) else {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            axum::Json(
+                json!({"error": {"message": "mock-upstream: the script has no round left",
+                                        "type": "mock_script_exhausted"}}),
+            ),
+        )
+            .into_response();
+    };
+    if let Some(status) = round.status {
+        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let msg = round
+            .error
+            .unwrap_or_else(|| format!("mock error {status}"));
+        return (
+            code,
+            axum::Json(json!({"error": {"message": msg, "type": "mock_error", "code": status}})),
+        )
+            .into_response();
+    }
+    let model = body_json["model"]
+        .as_str()
+        .unwrap_or("mock-model")
+        .to_string();
+    let text = round.text.clone().unwrap_or_default();
+    let choice = |text: &str, finish: Option<&str>| {
+        json!({"id": "cmpl-mock", "object": "text_completion", "created": 0, "model": model,
+               "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]})
+    };
+    if body_json["stream"] != json!(true) {
+        let mut v = choice(&text, Some("stop"));
+        v["usage"] = default_usage(&round);
+        return axum::Json(v).into_response();
+    }
+    let mut out = String::new();
+    for piece in split_chars(&text, round.chunk_size.unwrap_or(usize::MAX).max(1)) {
+        out.push_str(&format!("data: {}\n\n", choice(&piece, None)));
+    }
+    out.push_str(&format!("data: {}\n\n", choice("", Some("stop"))));
+    out.push_str("data: [DONE]\n\n");
+    ([(header::CONTENT_TYPE, "text/event-stream")], out).into_response()
 }
 
 async fn chat(

@@ -8,6 +8,7 @@
 //! know axum.
 
 mod console;
+pub mod record;
 pub mod responses;
 pub mod routes;
 pub mod run;
@@ -42,6 +43,15 @@ pub struct AppState {
     pub server: Arc<ServerConfig>,
 }
 
+impl AppState {
+    /// Appends what a client sent to `server.record_requests`, when set.
+    pub fn record(&self, route: &str, headers: &HeaderMap, body: &[u8]) {
+        if let Some(path) = &self.server.record_requests {
+            record::append(path, route, headers, body);
+        }
+    }
+}
+
 /// The id of the request's run, set by [`run_id_layer`].
 #[derive(Clone, Debug)]
 pub struct RunId(pub String);
@@ -74,6 +84,10 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(routes::chat_completions))
         .route("/chat/completions", post(routes::chat_completions))
+        .route("/v1/completions", post(routes::completions))
+        .route("/completions", post(routes::completions))
+        .route("/v1/embeddings", post(routes::embeddings))
+        .route("/embeddings", post(routes::embeddings))
         .route("/v1/responses", post(responses::create))
         .route("/responses", post(responses::create))
         .route("/v1/models", get(routes::models))

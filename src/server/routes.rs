@@ -8,7 +8,7 @@ use axum::Extension;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use serde_json::json;
@@ -24,6 +24,7 @@ use crate::openai::{ChatRequest, ToolCall};
 pub async fn chat_completions(
     State(state): State<AppState>,
     Extension(RunId(run_id)): Extension<RunId>,
+    raw_headers: HeaderMap,
     headers: Result<RunHeaders, ApiError>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -31,6 +32,7 @@ pub async fn chat_completions(
         Ok(b) => b,
         Err(rejection) => return body_error(&rejection, state.server.max_body_bytes),
     };
+    state.record("/v1/chat/completions", &raw_headers, &body);
     let req = match ChatRequest::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return ApiError::from(e).into_response(),
@@ -42,6 +44,87 @@ pub async fn chat_completions(
     let model = state.engine.shown_model(&req);
     let wire = ChatWire::new(ChunkEncoder::new(&run_id, &model), req.include_usage);
     respond(&state, &run_id, req, headers, wire).await
+}
+
+/// `POST /v1/completions`: a plain (fill-in-the-middle, autocomplete) completion, passed
+/// through to the routed upstream as it is, streamed or not.
+pub async fn completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    pass_through(
+        &state,
+        "completions",
+        "`model` and `prompt`",
+        &headers,
+        body,
+    )
+    .await
+}
+
+/// `POST /v1/embeddings`: passed through to the routed upstream as it is.
+pub async fn embeddings(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    pass_through(&state, "embeddings", "`model` and `input`", &headers, body).await
+}
+
+/// A request for `path` of the upstream, without a run: its model routed (a
+/// `server.plain_prefix` on it is taken off, since such a request is plain anyway), retried
+/// and failing like a run's rounds, the answer streamed back as the upstream wrote it.
+async fn pass_through(
+    state: &AppState,
+    path: &str,
+    fields: &str,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) => return body_error(&rejection, state.server.max_body_bytes),
+    };
+    state.record(&format!("/v1/{path}"), headers, &body);
+    let mut map = match crate::openai::json_object(&body, fields) {
+        Ok(m) => m,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let plain = map
+        .get("model")
+        .and_then(serde_json::Value::as_str)
+        .and_then(|m| m.strip_prefix(state.server.plain_prefix.as_str()))
+        .map(str::to_string);
+    if let Some(model) = plain {
+        map.insert("model".into(), model.into());
+    }
+    let forwarded = match state.engine.forward(path, map).await {
+        Ok(f) => f,
+        Err(e) => return e.into_response(),
+    };
+    let idle = forwarded.idle;
+    // Each piece must come within the upstream's idle timeout; a silent upstream ends the
+    // body (the status was sent already).
+    let pieces = futures_util::stream::unfold(forwarded.body, move |mut body| async move {
+        match tokio::time::timeout(idle, futures_util::StreamExt::next(&mut body)).await {
+            Ok(Some(piece)) => Some((piece, body)),
+            Ok(None) => None,
+            Err(_) => {
+                tracing::warn!(?idle, "a passed-through answer went silent; ending it");
+                None
+            }
+        }
+    });
+    let mut resp = Response::new(Body::from_stream(pieces));
+    *resp.status_mut() = StatusCode::from_u16(forwarded.status).unwrap_or(StatusCode::OK);
+    if let Some(ct) = forwarded
+        .content_type
+        .and_then(|ct| HeaderValue::from_str(&ct).ok())
+    {
+        resp.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    resp
 }
 
 /// `GET /v1/runs/{id}/attach[?stream=false]`: the answer of a detached run, from its start
@@ -348,7 +431,8 @@ pub async fn undo(
 pub async fn not_found(method: Method, uri: Uri) -> Response {
     ApiError::not_found(format!(
         "unknown endpoint {method} {}: toolpilot serves POST /v1/chat/completions, \
-         POST /v1/responses, GET /v1/models and GET /healthz",
+         POST /v1/responses, POST /v1/completions, POST /v1/embeddings, GET /v1/models and \
+         GET /healthz",
         uri.path()
     ))
     .into_response()
@@ -375,6 +459,8 @@ pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
 
 /// `GET /v1/approvals`: the tool calls waiting for approval now, oldest first.
 pub async fn approvals(State(state): State<AppState>) -> Response {
+    // Someone follows the approvals: runs that need one may wait for it (`auto` mode).
+    state.engine.approvals.followed();
     let list = state.engine.approvals.list();
     axum::Json(serde_json::json!({"object": "list", "data": list})).into_response()
 }

@@ -11,6 +11,7 @@
 pub mod accumulate;
 pub mod body;
 pub mod demo;
+pub mod forward;
 pub mod ollama;
 pub mod overflow;
 pub mod route;
@@ -247,7 +248,7 @@ enum Framing {
 /// The body of an upstream response, without its head: the response headers share the
 /// connection's read buffer, so keeping them for a long stream would pin that buffer and make
 /// every later read allocate another.
-type BodyStream =
+pub type BodyStream =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
 pub struct HttpRound {

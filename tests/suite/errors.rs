@@ -50,7 +50,7 @@ async fn bad_requests_get_specific_errors() {
     assert_error(&r, 413, "larger than the limit of 2000 bytes");
     let r = s.get("/v1/nope").await;
     assert_error(&r, 404, "unknown endpoint GET /v1/nope");
-    let r = s.post_raw("/v1/completions", "{}").await;
+    let r = s.post_raw("/v1/audio/speech", "{}").await;
     assert_error(&r, 404, "toolpilot serves POST /v1/chat/completions");
     let r = s.get("/v1/chat/completions").await;
     assert_error(

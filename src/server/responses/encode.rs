@@ -22,7 +22,7 @@ use bytes::{BufMut, BytesMut};
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
-use crate::openai::responses::ToolKind;
+use crate::openai::responses::{ToolKind, ToolShape};
 use crate::openai::{ToolCall, Usage};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -69,7 +69,8 @@ pub struct Encoder {
     model: String,
     /// `,"instructions":…,"tools":…,…`: the request parameters the response object repeats.
     echo: String,
-    kinds: HashMap<String, ToolKind>,
+    /// The client tools that are not plain functions, by the name the model calls.
+    kinds: HashMap<String, ToolShape>,
     /// Write SSE events (a streamed response); otherwise only the output is collected.
     emit: bool,
     seq: u64,
@@ -87,7 +88,7 @@ impl Encoder {
         run_id: &str,
         model: &str,
         echo: &Map<String, Value>,
-        kinds: HashMap<String, ToolKind>,
+        kinds: HashMap<String, ToolShape>,
         emit: bool,
     ) -> Encoder {
         let mut tail = String::new();
@@ -301,17 +302,27 @@ impl Encoder {
         self.close(out, "completed");
         for call in calls {
             let index = self.items.len();
-            let kind = self
-                .kinds
-                .get(&call.name)
-                .copied()
-                .unwrap_or(ToolKind::Function);
+            let shape = self.kinds.get(&call.name).cloned();
+            let kind = shape.as_ref().map_or(ToolKind::Function, |s| s.kind);
+            // A namespaced tool's call names the tool as declared, and its namespace.
+            let name = shape
+                .as_ref()
+                .map_or(call.name.as_str(), |s| s.name.as_str());
+            let namespace = shape.as_ref().and_then(|s| s.namespace.as_deref());
+            let with_namespace = |mut item: Value| {
+                if let Some(ns) = namespace {
+                    item["namespace"] = Value::from(ns);
+                }
+                item
+            };
             let item = match kind {
                 ToolKind::Function => {
                     let id = format!("fc_{}_{index}", self.run_id);
                     if self.emit {
-                        let added = json!({"id": id, "type": "function_call", "status": "in_progress",
-                                           "call_id": call.id, "name": call.name, "arguments": ""});
+                        let added = with_namespace(
+                            json!({"id": id, "type": "function_call", "status": "in_progress",
+                                           "call_id": call.id, "name": name, "arguments": ""}),
+                        );
                         self.event(
                             out,
                             "response.output_item.added",
@@ -327,21 +338,22 @@ impl Encoder {
                         self.event(
                             out,
                             "response.function_call_arguments.done",
-                            &format!(
-                                "{loc},\"name\":{},\"arguments\":{args}",
-                                Value::from(call.name.as_str())
-                            ),
+                            &format!("{loc},\"name\":{},\"arguments\":{args}", Value::from(name)),
                         );
                     }
-                    json!({"id": id, "type": "function_call", "status": "completed",
-                           "call_id": call.id, "name": call.name, "arguments": call.arguments})
+                    with_namespace(
+                        json!({"id": id, "type": "function_call", "status": "completed",
+                           "call_id": call.id, "name": name, "arguments": call.arguments}),
+                    )
                 }
                 ToolKind::Custom => {
                     let id = format!("ctc_{}_{index}", self.run_id);
                     let input = custom_input(&call.arguments);
                     if self.emit {
-                        let added = json!({"id": id, "type": "custom_tool_call", "status": "in_progress",
-                                           "call_id": call.id, "name": call.name, "input": ""});
+                        let added = with_namespace(
+                            json!({"id": id, "type": "custom_tool_call", "status": "in_progress",
+                                           "call_id": call.id, "name": name, "input": ""}),
+                        );
                         self.event(
                             out,
                             "response.output_item.added",
@@ -360,8 +372,10 @@ impl Encoder {
                             &format!("{loc},\"input\":{input}"),
                         );
                     }
-                    json!({"id": id, "type": "custom_tool_call", "status": "completed",
-                           "call_id": call.id, "name": call.name, "input": input})
+                    with_namespace(
+                        json!({"id": id, "type": "custom_tool_call", "status": "completed",
+                           "call_id": call.id, "name": name, "input": input}),
+                    )
                 }
                 ToolKind::LocalShell => {
                     let id = format!("lsc_{}_{index}", self.run_id);
@@ -576,9 +590,24 @@ mod tests {
         let mut echo = Map::new();
         echo.insert("instructions".into(), json!("be \"brief\""));
         echo.insert("tools".into(), json!([]));
+        let shape = |kind, namespace: Option<&str>, name: &str| ToolShape {
+            kind,
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+        };
         let kinds = HashMap::from([
-            ("apply_patch".to_string(), ToolKind::Custom),
-            ("local_shell".to_string(), ToolKind::LocalShell),
+            (
+                "apply_patch".to_string(),
+                shape(ToolKind::Custom, None, "apply_patch"),
+            ),
+            (
+                "local_shell".to_string(),
+                shape(ToolKind::LocalShell, None, "local_shell"),
+            ),
+            (
+                "agents__spawn".to_string(),
+                shape(ToolKind::Function, Some("agents"), "spawn"),
+            ),
         ]);
         Encoder::new("r1", "m\"x", &echo, kinds, emit)
     }
@@ -693,6 +722,24 @@ mod tests {
             push_u64(&mut out, n);
             assert_eq!(&out[..], n.to_string().as_bytes());
         }
+    }
+
+    #[test]
+    fn a_namespaced_tools_call_names_its_namespace_and_its_own_name() {
+        let mut e = encoder(true);
+        let mut out = BytesMut::new();
+        e.calls(&mut out, &[call("a1", "agents__spawn", "{\"task\":\"x\"}")]);
+        let evs = events(&out);
+        let want = json!({"type": "function_call", "namespace": "agents", "name": "spawn",
+                          "call_id": "a1", "arguments": "{\"task\":\"x\"}"});
+        for (_, ev) in [&evs[0], &evs[3]] {
+            let item = &ev["item"];
+            for key in ["type", "namespace", "name", "call_id"] {
+                assert_eq!(item[key], want[key], "{item}");
+            }
+        }
+        assert_eq!(evs[3].1["item"]["arguments"], want["arguments"]);
+        assert_eq!(evs[2].1["name"], "spawn");
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub async fn create(
     State(state): State<AppState>,
     Extension(RunId(run_id)): Extension<RunId>,
     Extension(store): Extension<Arc<Store>>,
+    raw_headers: axum::http::HeaderMap,
     headers: Result<RunHeaders, ApiError>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -60,6 +61,7 @@ pub async fn create(
         Ok(b) => b,
         Err(rejection) => return body_error(&rejection, state.server.max_body_bytes),
     };
+    state.record("/v1/responses", &raw_headers, &body);
     let mut req = match ResponsesRequest::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return ApiError::from(e).into_response(),
