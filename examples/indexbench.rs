@@ -1,5 +1,6 @@
-//! Benchmark of the codebase index: cold build time, a refresh with nothing changed, and
-//! query latency over a fixed set of natural-language and identifier queries.
+//! Benchmark of the codebase index: cold build time, a refresh with nothing changed, query
+//! latency over a fixed set of natural-language and identifier queries, the round trip of a
+//! `codebase` tool call (what a model waits for), and how soon a changed file is searchable.
 //!
 //! ```sh
 //! cargo run --release --example indexbench -- DIR      # a large source tree
@@ -8,18 +9,23 @@
 //!
 //! Without DIR it indexes the pinned benchmark tree (`target/bench-tree/registry/src`, from
 //! `bench/fetch-tree`) when present, else Cargo's registry sources (`$CARGO_HOME/registry/src`).
-//! The index goes to a temporary state directory; the tree is only read.
+//! The index goes to a temporary state directory. The tree is only read, except for one probe
+//! file (`toolpilot-indexbench-probe-PID.rs` at its root) that the change measurements create,
+//! rewrite and delete.
+//!
+//! `TOOLPILOT_CODEBASE__WATCH=false` measures the walk-per-query fallback.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use toolpilot::code::index::{CodeIndex, CodebaseConfig};
+use serde_json::json;
+use toolpilot::code::index::CodeIndex;
+use toolpilot::workspace::{DEFAULT_SENSITIVE, Workspace};
 
 // The server's allocator, so the numbers are the server's.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use toolpilot::workspace::{DEFAULT_SENSITIVE, Workspace};
 
 /// Queries of both kinds, about code any large Rust tree has.
 const QUERIES: &[&str] = &[
@@ -41,37 +47,49 @@ const QUERIES: &[&str] = &[
     "compute sha256 hash",
 ];
 
+/// How long the change measurements wait before calling a change not found.
+const CHANGE_DEADLINE: Duration = Duration::from_secs(5);
+
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
+    let scratch = std::env::temp_dir().join(format!("toolpilot-indexbench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _cleanup = Cleanup(vec![scratch.clone()]);
+    let state = scratch.join("state");
     let tree = match args.iter().find(|a| !a.starts_with("--")) {
         Some(d) => PathBuf::from(d),
-        None if quick => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/retrieval"),
+        None if quick => {
+            // A copy, so the probe file never lands in the repository.
+            let fixture =
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/retrieval");
+            let copy = scratch.join("retrieval");
+            copy_tree(&fixture, &copy)?;
+            copy
+        }
         None => default_tree()?,
     };
+    let tree = std::fs::canonicalize(&tree).map_err(|e| format!("{}: {e}", tree.display()))?;
     let iterations = if quick { 2 } else { 20 };
-    let ws = Workspace::open(
-        &tree,
-        &DEFAULT_SENSITIVE
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>(),
-    )
-    .map_err(|e| format!("cannot open {}: {e}", tree.display()))?;
-    let state = std::env::temp_dir().join(format!("toolpilot-indexbench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&state);
-    let config = CodebaseConfig {
-        exclude: vec!["node_modules/".into(), "__pycache__/".into()],
-        ..CodebaseConfig::default()
+    // The engine the server would run (default configuration: the same walk rules, exclude list
+    // and index settings), so tool calls go through the registry as a model's do.
+    let cli = toolpilot::config::CommonArgs {
+        workspace: Some(tree.clone()),
+        state_dir: Some(state.clone()),
+        ..Default::default()
     };
-    let index = Arc::new(CodeIndex::new(state.join("index"), Arc::new(ws), config));
+    let mut env: Vec<(String, String)> = vec![("HOME".into(), "/nonexistent".into())];
+    env.extend(std::env::vars().filter(|(k, _)| k.starts_with("TOOLPILOT_CODEBASE__")));
+    let cfg = toolpilot::config::Config::load_from(&cli, &env).map_err(|e| e.to_string())?;
+    let engine = Arc::new(toolpilot::agent::Engine::new(cfg)?);
+    let index: Arc<CodeIndex> = Arc::clone(&engine.code);
     println!("tree: {}", tree.display());
 
     let t = Instant::now();
     let cold = index.refresh()?;
     let build = t.elapsed();
     let status = index.status();
-    let bytes = dir_size(&state.join("index"));
+    let bytes = dir_size(&state);
     println!(
         "cold build: {:.2} s for {} files indexed ({} skipped: too large or binary), {} chunks; index {:.1} MB on disk",
         build.as_secs_f64(),
@@ -107,19 +125,149 @@ fn main() -> Result<(), String> {
             }
         }
     }
-    times.sort();
-    let pct = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
     println!(
-        "queries: {} ({} queries x {iterations}), p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {} without results",
+        "search only: {} queries ({} queries x {iterations}), {}; {} without results",
         times.len(),
         QUERIES.len(),
-        pct(0.5).as_secs_f64() * 1e3,
-        pct(0.99).as_secs_f64() * 1e3,
-        pct(1.0).as_secs_f64() * 1e3,
+        percentiles(&mut times),
         empty
     );
-    let _ = std::fs::remove_dir_all(&state);
+
+    // What a model waits for: a `codebase` tool call through the registry (argument parsing,
+    // policy, bringing the index up to date, the search, the rendered result, redaction).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let call = |query: &str| -> String {
+        let env = engine.tool_env("bench", "", tokio_util::sync::CancellationToken::new());
+        let c = toolpilot::openai::ToolCall {
+            id: "b".into(),
+            name: "codebase".into(),
+            arguments: json!({ "query": query }).to_string(),
+        };
+        rt.block_on(
+            engine
+                .registry
+                .dispatch(&c, &env, &toolpilot::tools::registry::ApproveAll),
+        )
+        .content
+    };
+    // The first call starts whatever keeps the index current (and catches up with the tree).
+    let t = Instant::now();
+    call("warm up");
+    println!(
+        "first codebase call: {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let rounds = if quick { 1 } else { 4 };
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        for q in QUERIES {
+            let t = Instant::now();
+            let out = call(q);
+            times.push(t.elapsed());
+            if out.starts_with("Failed") {
+                return Err(out);
+            }
+        }
+    }
+    println!(
+        "codebase call round trip, nothing changed: {} calls, {}",
+        times.len(),
+        percentiles(&mut times)
+    );
+
+    // A changed file: created, then rewritten, then deleted. A probe file at the tree's root,
+    // with words no real code has.
+    let probe_name = format!("toolpilot-indexbench-probe-{}.rs", std::process::id());
+    let probe = tree.join(&probe_name);
+    let _probe_cleanup = Cleanup(vec![probe.clone()]);
+    let found_by_search = |word: &str| -> bool {
+        index
+            .search(word, 8)
+            .ok()
+            .flatten()
+            .is_some_and(|(hits, _)| hits.iter().any(|h| h.path == probe_name))
+    };
+    // 1. Created: how long a codebase call that follows at once takes, and whether it finds it.
+    write(&probe, "fn zqxalphaprobe() {}\n")?;
+    let t = Instant::now();
+    let out = call("zqxalphaprobe");
+    println!(
+        "new file, a codebase call right after the write: {:.0} ms, {}",
+        t.elapsed().as_secs_f64() * 1e3,
+        if out.contains(&probe_name) {
+            "found"
+        } else {
+            "NOT found"
+        }
+    );
+    // 2. Rewritten: how long until a search finds the new word with no call in between.
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    write(&probe, "fn zqxbetaprobe() {}\n")?;
+    println!(
+        "changed file, searchable without a call after: {}",
+        wait_until(t, || found_by_search("zqxbetaprobe"))
+    );
+    // 3. Deleted: how long until a search no longer finds it (first made sure the index has
+    // the file, through a call, where nothing indexed the rewrite by itself).
+    if !found_by_search("zqxbetaprobe") {
+        call("zqxbetaprobe");
+    }
+    let t = Instant::now();
+    std::fs::remove_file(&probe).map_err(|e| e.to_string())?;
+    println!(
+        "deleted file, gone from searches after: {}",
+        wait_until(t, || !found_by_search("zqxbetaprobe"))
+    );
+    let s = index.status();
+    println!("index status at the end: {s:?}");
+    drop(engine);
     Ok(())
+}
+
+/// How long until `done` holds, polled every 2 ms, or that it did not within the deadline.
+fn wait_until(t: Instant, mut done: impl FnMut() -> bool) -> String {
+    while t.elapsed() < CHANGE_DEADLINE {
+        if done() {
+            return format!("{:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    format!("not within {} s", CHANGE_DEADLINE.as_secs())
+}
+
+fn write(p: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+fn percentiles(times: &mut [Duration]) -> String {
+    times.sort();
+    let pct = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
+    format!(
+        "p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        pct(0.5).as_secs_f64() * 1e3,
+        pct(0.99).as_secs_f64() * 1e3,
+        pct(1.0).as_secs_f64() * 1e3
+    )
+}
+
+/// Removes its paths when dropped (the state directory, the probe file), also on an error.
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            if p.is_dir() {
+                let _ = std::fs::remove_dir_all(p);
+            } else {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
 }
 
 fn default_tree() -> Result<PathBuf, String> {
@@ -140,6 +288,20 @@ fn default_tree() -> Result<PathBuf, String> {
             src.display()
         ))
     }
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    for e in std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))? {
+        let e = e.map_err(|e| e.to_string())?;
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if e.file_type().map_err(|e| e.to_string())?.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst).map_err(|e| format!("{}: {e}", src.display()))?;
+        }
+    }
+    Ok(())
 }
 
 fn dir_size(p: &Path) -> u64 {
