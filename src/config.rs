@@ -518,6 +518,8 @@ struct CodebaseFile {
     wait_secs: Option<f64>,
     embeddings_model: Option<String>,
     rerank_candidates: Option<usize>,
+    watch: Option<bool>,
+    max_watches: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -1111,6 +1113,8 @@ impl Config {
                 cd.rerank_candidates,
             )?,
             exclude: tools.search_exclude.clone(),
+            watch: cf.watch.unwrap_or(cd.watch),
+            max_watches: cf.max_watches.unwrap_or(cd.max_watches),
         };
         Ok(Config {
             prompt,

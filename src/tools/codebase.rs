@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::args::Args;
 use super::read::group;
 use super::{Access, Invocation, Target, Tool, ToolEnv, ToolError, blocking};
-use crate::code::index::render_snippet;
+use crate::code::index::{Watching, render_snippet};
 use crate::code::symbols::{self, Lang, MAX_PARSE_BYTES};
 use crate::code::{embed_text, rerank};
 use crate::policy::{Level, reference_default};
@@ -52,7 +52,7 @@ impl Tool for Codebase {
 
 async fn search(env: &ToolEnv, query: &str) -> String {
     let idx = std::sync::Arc::clone(&env.code);
-    idx.refresh_and_wait(idx.config.wait).await;
+    idx.catch_up(idx.config.wait).await;
     let cfg = &idx.config;
     let embed = env
         .embedder
@@ -171,9 +171,21 @@ fn index_note(s: &crate::code::index::Status) -> String {
         group(s.files as u64),
         group(s.chunks as u64)
     );
+    match &s.watching {
+        Watching::Active { .. } => out.push_str("; kept current from file notifications"),
+        Watching::Off(why) => out.push_str(&format!(
+            "; every query re-checks the files (no file notifications: {why})"
+        )),
+        Watching::NotStarted => {}
+    }
     if let Some(l) = &s.last {
+        let what = match l.folders {
+            0 => "last refresh".to_string(),
+            1 => "last update (1 changed folder)".to_string(),
+            n => format!("last update ({n} changed folders)"),
+        };
         out.push_str(&format!(
-            "; last refresh: {} re-indexed, {} unchanged, {} same content, {} removed in {} ms",
+            "; {what}: {} re-indexed, {} unchanged, {} same content, {} removed in {} ms",
             l.indexed,
             l.unchanged,
             l.same_content,

@@ -1,0 +1,445 @@
+//! File-system notifications for the codebase index: one non-recursive watch per folder the
+//! search walk yields (so ignored, hidden and sensitive folders cost no watch and send no
+//! events), events turned into the folders whose entries changed, and the debounce that
+//! groups them into one update.
+//!
+//! This module only says *what* changed; `index` decides what that means for the index. It
+//! never follows a link: watches are added only for folders a walk found (walks do not follow
+//! links), and an event only names a folder to look at again, which `index` does with the same
+//! walk rules.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::time::{Duration, Instant};
+
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode, Watcher};
+
+use crate::workspace::rel_under;
+use crate::workspace::walk::CONTINUE_IGNORE;
+
+/// Quiet time after the last event before an update runs.
+pub const QUIET: Duration = Duration::from_millis(100);
+/// The longest an event waits for its update while events keep coming.
+pub const MAX_DELAY: Duration = Duration::from_millis(400);
+/// Messages queued for the index thread (events and requests). A burst beyond this is
+/// counted as lost and repaired by one walk, so memory stays bounded whatever happens on disk.
+pub const QUEUE: usize = 8_192;
+/// Changed folders remembered for one update; more than this is cheaper as one walk.
+pub const MAX_DIRTY: usize = 2_048;
+/// The watch budget when `codebase.max_watches` is 0: half of the user's inotify watches (the
+/// other half is left to editors and other tools), at most this many.
+pub const AUTO_MAX_WATCHES: usize = 65_536;
+
+/// A message for the index thread.
+pub enum Msg {
+    /// A file-system event, numbered by the handler.
+    Event(notify::Event, u64),
+    /// The notifications lapsed (their queue overflowed, or the backend failed): numbered.
+    Lost(String, u64),
+    /// A query asks for a walk (no notifications, or the first build).
+    Walk,
+    /// A query waits for the pending changes: apply them now.
+    Flush,
+    /// The index is gone.
+    Stop,
+}
+
+/// Shared between the notification handler, the index thread and queries.
+#[derive(Default)]
+pub struct Seq {
+    /// Events numbered so far (the handler numbers each one before queueing it).
+    pub counted: AtomicU64,
+    /// An event could not be queued: the next update must be a walk.
+    pub dropped: AtomicBool,
+}
+
+/// The watches of one workspace, kept by the index thread.
+pub struct Watches {
+    watcher: notify::RecommendedWatcher,
+    root: PathBuf,
+    /// Watched folders, relative to the root (`""` is the root).
+    dirs: BTreeSet<String>,
+    /// At most this many folders are watched.
+    budget: usize,
+}
+
+/// Why watching had to stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GiveUp(pub String);
+
+impl Watches {
+    /// Starts the notification backend. Events go to `tx`, numbered through `seq`; events
+    /// about `skip` (the index's own folder, when it lies inside the workspace) are dropped.
+    pub fn start(
+        root: &Path,
+        skip: Option<PathBuf>,
+        budget: usize,
+        tx: SyncSender<Msg>,
+        seq: Arc<Seq>,
+    ) -> Result<Watches, String> {
+        let handler = move |res: notify::Result<notify::Event>| {
+            let msg = match res {
+                Ok(ev) => {
+                    if !relevant(&ev, skip.as_deref()) {
+                        return;
+                    }
+                    let n = seq.counted.fetch_add(1, Ordering::SeqCst) + 1;
+                    Msg::Event(ev, n)
+                }
+                Err(e) => {
+                    let n = seq.counted.fetch_add(1, Ordering::SeqCst) + 1;
+                    Msg::Lost(e.to_string(), n)
+                }
+            };
+            if tx.try_send(msg).is_err() {
+                seq.dropped.store(true, Ordering::SeqCst);
+            }
+        };
+        let watcher = notify::recommended_watcher(handler)
+            .map_err(|e| format!("file notifications are unavailable: {e}"))?;
+        Ok(Watches {
+            watcher,
+            root: root.to_path_buf(),
+            dirs: BTreeSet::new(),
+            budget,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.dirs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dirs.is_empty()
+    }
+
+    pub fn contains(&self, rel: &str) -> bool {
+        self.dirs.contains(rel)
+    }
+
+    /// Watches the folder `rel` (no-op when it is watched). A folder that vanished meanwhile
+    /// is skipped (its parent's event says so); running out of watches is a [`GiveUp`].
+    pub fn add(&mut self, rel: &str) -> Result<(), GiveUp> {
+        if self.dirs.contains(rel) {
+            return Ok(());
+        }
+        if self.dirs.len() >= self.budget {
+            return Err(GiveUp(format!(
+                "the workspace has more than {} folders to watch (codebase.max_watches)",
+                self.budget
+            )));
+        }
+        let abs = if rel.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(rel)
+        };
+        match self.watcher.watch(&abs, RecursiveMode::NonRecursive) {
+            Ok(()) => {
+                self.dirs.insert(rel.to_string());
+                Ok(())
+            }
+            Err(e) => match e.kind {
+                notify::ErrorKind::MaxFilesWatch => Err(GiveUp(format!(
+                    "the system's limit on watches (fs.inotify.max_user_watches) was reached \
+                     after {} folders",
+                    self.dirs.len()
+                ))),
+                notify::ErrorKind::PathNotFound => Ok(()),
+                notify::ErrorKind::Io(ref io) if io.kind() == std::io::ErrorKind::NotFound => {
+                    Ok(())
+                }
+                // A folder that cannot be watched (no permission) cannot be listed either.
+                _ => {
+                    tracing::debug!(folder = rel, error = %e, "cannot watch a folder");
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    /// Stops watching `rel` and every watched folder below it.
+    pub fn remove_tree(&mut self, rel: &str) {
+        let below: Vec<String> = under(&self.dirs, rel).cloned().collect();
+        for d in below.iter().map(String::as_str).chain([rel]) {
+            if self.dirs.remove(d) {
+                let _ = self.watcher.unwatch(&self.root.join(d));
+            }
+        }
+    }
+
+    /// Watched folders directly below `rel`.
+    pub fn children(&self, rel: &str) -> Vec<String> {
+        under(&self.dirs, rel)
+            .filter(|d| !d[prefix_len(rel)..].contains('/'))
+            .cloned()
+            .collect()
+    }
+
+    /// Stops watching every folder at or below `rel` that `keep` does not hold.
+    pub fn retain_under(&mut self, rel: &str, keep: &std::collections::HashSet<String>) {
+        let drop: Vec<String> = under(&self.dirs, rel)
+            .chain(self.dirs.get(rel))
+            .filter(|d| !keep.contains(*d))
+            .cloned()
+            .collect();
+        for d in drop {
+            self.dirs.remove(&d);
+            let _ = self.watcher.unwatch(&self.root.join(&d));
+        }
+    }
+}
+
+/// The length of the key prefix of the entries below `rel` (`"a/b"` → `"a/b/"`).
+pub fn prefix_len(rel: &str) -> usize {
+    if rel.is_empty() { 0 } else { rel.len() + 1 }
+}
+
+/// The entries of a sorted set of relative paths strictly below the folder `rel`.
+pub fn under<'a>(
+    set: &'a BTreeSet<String>,
+    rel: &str,
+) -> impl Iterator<Item = &'a String> + use<'a> {
+    let prefix = if rel.is_empty() {
+        String::new()
+    } else {
+        format!("{rel}/")
+    };
+    set.range::<str, _>((
+        std::ops::Bound::Included(prefix.as_str()),
+        std::ops::Bound::Unbounded,
+    ))
+    .take_while(move |k| k.starts_with(&prefix))
+    // The root's own entry (`""`) is not below it.
+    .filter(|k| !k.is_empty())
+}
+
+/// Whether an event can matter to the index. Reads (opens, closes without writing) are what
+/// the index itself and every search cause, so they are dropped first; so are events about
+/// hidden names (never indexed), except ignore files, and about the index's own folder.
+fn relevant(ev: &notify::Event, skip: Option<&Path>) -> bool {
+    if ev.need_rescan() {
+        return true;
+    }
+    if let EventKind::Access(a) = ev.kind {
+        if a != AccessKind::Close(AccessMode::Write) {
+            return false;
+        }
+    }
+    ev.paths.iter().any(|p| {
+        if skip.is_some_and(|s| p.starts_with(s)) {
+            return false;
+        }
+        match p.file_name().and_then(|n| n.to_str()) {
+            Some(n) if n.starts_with('.') => is_ignore_file(n),
+            _ => true,
+        }
+    })
+}
+
+fn is_ignore_file(name: &str) -> bool {
+    matches!(name, ".gitignore" | ".ignore") || name == CONTINUE_IGNORE
+}
+
+/// What the index thread has gathered since its last update.
+#[derive(Default)]
+pub struct Batch {
+    /// Folders whose entries changed (relative; `""` is the root).
+    pub dirs: BTreeSet<String>,
+    /// A walk is needed (asked for, or the notifications lapsed, or an ignore file changed).
+    pub walk: bool,
+    /// Why the notifications lapsed, for the log.
+    pub lost: Option<String>,
+    /// A query waits.
+    pub flush: bool,
+    /// The highest event number taken.
+    pub upto: u64,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl Batch {
+    /// Takes an event: the folders it names (the parents of its paths) become dirty.
+    pub fn event(&mut self, root: &Path, ev: &notify::Event, n: u64) {
+        self.upto = self.upto.max(n);
+        let now = Instant::now();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+        if ev.need_rescan() {
+            self.lapse("the system's event queue overflowed".into());
+            return;
+        }
+        if let EventKind::Access(a) = ev.kind {
+            if a != AccessKind::Close(AccessMode::Write) {
+                return;
+            }
+        }
+        for p in &ev.paths {
+            let Some(rel) = rel_under(root, p) else {
+                continue;
+            };
+            let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if is_ignore_file(name) {
+                // What is ignored may have changed anywhere below.
+                self.walk = true;
+                continue;
+            }
+            let parent = rel
+                .parent()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            self.dirs.insert(parent);
+        }
+        if self.dirs.len() > MAX_DIRTY {
+            self.walk = true;
+        }
+    }
+
+    /// The notifications lapsed: only a walk can tell what changed.
+    pub fn lapse(&mut self, why: String) {
+        self.walk = true;
+        self.lost.get_or_insert(why);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        !self.walk && !self.flush && self.dirs.is_empty() && self.first.is_none()
+    }
+
+    /// Whether the update should run now.
+    pub fn due(&self, now: Instant) -> bool {
+        if self.walk || self.flush {
+            return true;
+        }
+        match (self.first, self.last) {
+            (Some(f), Some(l)) => now >= l + QUIET || now >= f + MAX_DELAY,
+            _ => false,
+        }
+    }
+
+    /// How long to wait for more before the update is due (`None`: nothing pending).
+    pub fn wait(&self, now: Instant) -> Option<Duration> {
+        if self.walk || self.flush {
+            return Some(Duration::ZERO);
+        }
+        let (f, l) = (self.first?, self.last?);
+        Some(
+            (l + QUIET)
+                .min(f + MAX_DELAY)
+                .saturating_duration_since(now),
+        )
+    }
+}
+
+/// The watch budget for `configured` (0: automatic).
+pub fn budget(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .map_or(AUTO_MAX_WATCHES, |n| (n / 2).clamp(1, AUTO_MAX_WATCHES))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{CreateKind, Flag, ModifyKind, RemoveKind};
+
+    fn ev(kind: EventKind, paths: &[&str]) -> notify::Event {
+        let mut e = notify::Event::new(kind);
+        for p in paths {
+            e = e.add_path(PathBuf::from(p));
+        }
+        e
+    }
+
+    #[test]
+    fn events_name_the_folders_whose_entries_changed() {
+        let root = Path::new("/ws");
+        let mut b = Batch::default();
+        b.event(
+            root,
+            &ev(EventKind::Create(CreateKind::File), &["/ws/src/a.rs"]),
+            1,
+        );
+        b.event(
+            root,
+            &ev(EventKind::Remove(RemoveKind::Folder), &["/ws/old"]),
+            2,
+        );
+        b.event(
+            root,
+            &ev(
+                EventKind::Modify(ModifyKind::Any),
+                &["/ws/src/x/b.rs", "/elsewhere/c.rs"],
+            ),
+            3,
+        );
+        assert_eq!(
+            b.dirs.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["", "src", "src/x"]
+        );
+        assert!(!b.walk);
+        assert_eq!(b.upto, 3);
+        assert!(!b.due(Instant::now()));
+        assert!(b.due(Instant::now() + MAX_DELAY));
+    }
+
+    #[test]
+    fn an_ignore_file_or_a_lapse_means_a_walk() {
+        let root = Path::new("/ws");
+        let mut b = Batch::default();
+        b.event(
+            root,
+            &ev(EventKind::Modify(ModifyKind::Any), &["/ws/src/.gitignore"]),
+            1,
+        );
+        assert!(b.walk && b.due(Instant::now()));
+        let mut b = Batch::default();
+        b.event(
+            root,
+            &notify::Event::new(EventKind::Other).set_flag(Flag::Rescan),
+            1,
+        );
+        assert!(b.walk && b.lost.is_some());
+    }
+
+    #[test]
+    fn reads_hidden_names_and_the_index_folder_are_not_events() {
+        let skip = Some(Path::new("/ws/state"));
+        let open = EventKind::Access(AccessKind::Open(AccessMode::Any));
+        let close_read = EventKind::Access(AccessKind::Close(AccessMode::Read));
+        let close_write = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        let create = EventKind::Create(CreateKind::File);
+        assert!(!relevant(&ev(open, &["/ws/a.rs"]), skip));
+        assert!(!relevant(&ev(close_read, &["/ws/a.rs"]), skip));
+        assert!(relevant(&ev(close_write, &["/ws/a.rs"]), skip));
+        assert!(!relevant(&ev(create, &["/ws/.a.rs.swp"]), skip));
+        assert!(relevant(&ev(create, &["/ws/.gitignore"]), skip));
+        assert!(!relevant(&ev(create, &["/ws/state/index/x"]), skip));
+        // A rename from a hidden temporary name to a real one matters.
+        assert!(relevant(
+            &ev(
+                EventKind::Modify(ModifyKind::Any),
+                &["/ws/.a.rs.tmp", "/ws/a.rs"]
+            ),
+            skip
+        ));
+    }
+
+    #[test]
+    fn entries_below_a_folder() {
+        let set: BTreeSet<String> = ["a", "a/b", "a/b/c", "ab", "b"].map(String::from).into();
+        let got = |rel: &str| under(&set, rel).cloned().collect::<Vec<_>>();
+        assert_eq!(got("a"), ["a/b", "a/b/c"]);
+        assert_eq!(got(""), ["a", "a/b", "a/b/c", "ab", "b"]);
+        let with_root: BTreeSet<String> = ["", "a"].map(String::from).into();
+        assert_eq!(under(&with_root, "").collect::<Vec<_>>(), ["a"]);
+        assert!(got("b").is_empty());
+    }
+}
