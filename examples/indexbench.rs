@@ -140,12 +140,12 @@ fn main() -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let call = |query: &str| -> String {
+    let tool = |name: &str, args: serde_json::Value| -> String {
         let env = engine.tool_env("bench", "", tokio_util::sync::CancellationToken::new());
         let c = toolpilot::openai::ToolCall {
             id: "b".into(),
-            name: "codebase".into(),
-            arguments: json!({ "query": query }).to_string(),
+            name: name.into(),
+            arguments: args.to_string(),
         };
         rt.block_on(
             engine
@@ -154,6 +154,21 @@ fn main() -> Result<(), String> {
         )
         .content
     };
+    let call = |query: &str| tool("codebase", json!({ "query": query }));
+    // A full-tree grep reads every file: with the index watching, every read is an event the
+    // notification handler has to drop. Timed before and after the index watches.
+    let greps = if quick { 1 } else { 5 };
+    let grep = || {
+        let mut times = Vec::new();
+        for _ in 0..greps {
+            let t = Instant::now();
+            tool("grep_search", json!({"query": "xq7zzv_no_such_token"}));
+            times.push(t.elapsed());
+        }
+        times.sort();
+        times[times.len() / 2]
+    };
+    let grep_before = grep();
     // The first call starts whatever keeps the index current (and catches up with the tree).
     let t = Instant::now();
     call("warm up");
@@ -177,6 +192,15 @@ fn main() -> Result<(), String> {
         "codebase call round trip, nothing changed: {} calls, {}",
         times.len(),
         percentiles(&mut times)
+    );
+
+    let walks = index.status().walks;
+    let grep_after = grep();
+    println!(
+        "grep_search full scan, median of {greps}: {:.0} ms before the index watched, {:.0} ms while it watches; walks it caused: {}",
+        grep_before.as_secs_f64() * 1e3,
+        grep_after.as_secs_f64() * 1e3,
+        index.status().walks - walks
     );
 
     // A changed file: created, then rewritten, then deleted. A probe file at the tree's root,

@@ -43,6 +43,9 @@ use crate::workspace::walk::{self, Visibility};
 const VERSION: u32 = 4;
 /// Changed files between intermediate commits of a long build.
 const COMMIT_EVERY: usize = 2_000;
+/// How long a query waits for its barrier (see [`watch::Seq::barrier`]); it comes in well
+/// under a millisecond unless the machine stalls.
+const BARRIER_WAIT: Duration = Duration::from_secs(1);
 /// The manifest holds a path, a hash and a few numbers per file: this is millions of files.
 const MAX_MANIFEST_BYTES: u64 = 256 << 20;
 
@@ -337,6 +340,9 @@ impl CodeIndex {
         let mut waited_for_pass = false;
         loop {
             if self.live.load(Ordering::SeqCst) {
+                // Changes made before this query may not have been reported yet.
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                self.seq.barrier(left.min(BARRIER_WAIT)).await;
                 let target = self.seq.counted.load(Ordering::SeqCst);
                 if rx.borrow().applied >= target {
                     if !waited_for_pass {
@@ -486,6 +492,7 @@ impl CodeIndex {
         match Watches::start(
             self.ws.root(),
             skip,
+            self.barrier_dir(),
             watch::budget(self.config.max_watches),
             for_watches.clone(),
             Arc::clone(&self.seq),
@@ -495,10 +502,21 @@ impl CodeIndex {
         }
     }
 
+    /// The private folder of [`Seq::barrier`]: beside the index, not in it (tantivy's files
+    /// change on every commit).
+    fn barrier_dir(&self) -> PathBuf {
+        let mut name = self.dir.file_name().unwrap_or_default().to_os_string();
+        name.push("-barrier");
+        self.dir.with_file_name(name)
+    }
+
     /// Notifications are not (or no longer) used: every query walks from now on.
     fn give_up(&self, keeper: &mut Keeper, why: String) {
         // Dropping the watcher removes every watch, leaving them to other programs.
         keeper.watches = None;
+        if let Ok(mut d) = self.seq.barrier_dir.lock() {
+            *d = None;
+        }
         tracing::warn!(
             reason = %why,
             "codebase index: no file notifications; each codebase query walks the workspace"
@@ -1330,6 +1348,24 @@ mod tests {
         index.catch_up(Duration::from_secs(30)).await;
         let s = index.status();
         assert_eq!((s.walks, s.instant_queries), (4, before + 1), "{s:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_query_right_after_a_change_finds_it() {
+        let (tmp, index) = built().await;
+        let found = |q: &str| index.search(q, 8).unwrap().map_or(0, |(h, _)| h.len());
+        for round in 0..20u8 {
+            // Written and queried at once: the barrier, not luck, orders the two.
+            let word = format!("zqx{}", (b'a' + round) as char);
+            std::fs::write(
+                tmp.path().join("ws/src/a.rs"),
+                format!("fn {word}_probe() {{}}\n"),
+            )
+            .unwrap();
+            index.catch_up(Duration::from_secs(30)).await;
+            assert_eq!(found(&word), 1, "round {round}: {:?}", index.status());
+        }
+        assert_eq!(index.status().walks, 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -225,23 +225,6 @@ async fn codebase_health(s: &TestServer) -> Value {
     r.body["codebase"].clone()
 }
 
-/// Waits until the index's `/healthz` counter `key` reaches `at_least`: the event that an
-/// update from notifications has happened (the margin is wide; nothing here is a timing).
-async fn wait_for_counter(s: &TestServer, key: &str, at_least: u64) -> Value {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let h = codebase_health(s).await;
-        if h[key].as_u64().unwrap_or(0) >= at_least {
-            return h;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{key} never reached {at_least}: {h}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifications_keep_the_index_current_without_a_walk() {
     let round = |id: &str, q: &str| json!({"tool_calls": [{"id": id, "name": "codebase", "arguments": {"query": q}}]});
@@ -272,12 +255,12 @@ async fn notifications_keep_the_index_current_without_a_walk() {
     // The root, src and node_modules' absence: excluded folders cost no watch.
     assert_eq!(h["folders_watched"], 2, "{h}");
 
-    // A changed file: searchable once its update is reported.
+    // A changed file is found by the next query: it applies the changes reported before it
+    // (a barrier event makes sure the ones just made are among them), with no walk.
     write(
         &s.path("src/a.rs"),
         "fn alpha_handler() { zebra_crossing(); }\n",
     );
-    wait_for_counter(&s, "updated_files", 1).await;
     assert_eq!(s.chat(ask("2")).await.status, 200);
     let r2 = result(&s, "q2");
     assert_eq!(top_file(&r2), "src/a.rs", "{r2}");
@@ -289,19 +272,22 @@ async fn notifications_keep_the_index_current_without_a_walk() {
 
     // A deleted file disappears.
     std::fs::remove_file(s.path("src/b.py")).unwrap();
-    wait_for_counter(&s, "removed_files", 1).await;
     assert_eq!(s.chat(ask("3")).await.status, 200);
     let r3 = result(&s, "q3");
     assert!(r3.starts_with("No relevant code found"), "{r3}");
+    let h = codebase_health(&s).await;
+    assert_eq!(h["updated_files"], 1, "{h}");
+    assert_eq!(h["removed_files"], 1, "{h}");
 
     // A file in a new folder: the folder is watched and walked when it appears.
     write(
         &s.path("web/ui/d.ts"),
         "export function deltaFunction() {}\n",
     );
-    let h = wait_for_counter(&s, "updated_files", 2).await;
     assert_eq!(s.chat(ask("4")).await.status, 200);
     assert_eq!(top_file(&result(&s, "q4")), "web/ui/d.ts");
+    let h = codebase_health(&s).await;
+    assert_eq!(h["updated_files"], 2, "{h}");
 
     // Nothing changed: the query waits for nothing. And there was never a second walk.
     let before = h["instant_queries"].as_u64().unwrap();
