@@ -51,6 +51,13 @@ const QUERIES: &[&str] = &[
 const CHANGE_DEADLINE: Duration = Duration::from_secs(5);
 
 fn main() -> Result<(), String> {
+    // RUST_LOG=toolpilot=debug shows each pass of the index with its phases.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let scratch = std::env::temp_dir().join(format!("toolpilot-indexbench-{}", std::process::id()));
@@ -194,12 +201,13 @@ fn main() -> Result<(), String> {
         percentiles(&mut times)
     );
 
-    let walks = index.status().walks;
+    let (walks, events) = (index.status().walks, index.status().events);
     let grep_after = grep();
     println!(
-        "grep_search full scan, median of {greps}: {:.0} ms before the index watched, {:.0} ms while it watches; walks it caused: {}",
+        "grep_search full scan, median of {greps}: {:.0} ms before the index watched, {:.0} ms while it watches; notifications it caused: {}, walks: {}",
         grep_before.as_secs_f64() * 1e3,
         grep_after.as_secs_f64() * 1e3,
+        index.status().events - events,
         index.status().walks - walks
     );
 

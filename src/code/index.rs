@@ -155,6 +155,8 @@ pub struct Status {
     pub removed_files: u64,
     /// Queries that found the index current and waited for nothing.
     pub instant_queries: u64,
+    /// Notifications received (also those that could not matter).
+    pub events: u64,
 }
 
 /// One ranked chunk.
@@ -245,6 +247,11 @@ struct Keeper {
     watches: Option<Watches>,
     /// Kept between updates, so tantivy's merges of the small segments updates make can run.
     writer: Option<IndexWriter<TantivyDocument>>,
+    /// The index thread saves the manifest after it has told waiting queries the index is
+    /// current (it is: the index is committed); a benchmark's refresh saves it at once.
+    defer_manifest: bool,
+    /// The manifest changed and is not saved yet.
+    manifest_unsaved: bool,
 }
 
 fn analyzer() -> TextAnalyzer {
@@ -325,6 +332,7 @@ impl CodeIndex {
     pub fn status(&self) -> Status {
         let mut s = self.lock().status.clone();
         s.refreshing = self.running.load(Ordering::SeqCst);
+        s.events = self.seq.received.load(Ordering::Relaxed);
         s
     }
 
@@ -479,6 +487,19 @@ impl CodeIndex {
                 p.walked = p.walked.max(requests);
             }
         });
+        if std::mem::take(&mut keeper.manifest_unsaved) {
+            // Out of the lock while it is written (tens of ms for a large tree); nothing but
+            // this thread uses it.
+            let manifest = self.lock().manifest.take();
+            if let Some(m) = manifest {
+                let saved = self.save_manifest(&m);
+                self.lock().manifest = Some(m);
+                if let Err(e) = saved {
+                    tracing::warn!(error = %e, "codebase index");
+                    self.lock().status.error = Some(e);
+                }
+            }
+        }
     }
 
     /// Starts the notification backend before a walk (which adds the watches), or records why
@@ -636,6 +657,7 @@ impl CodeIndex {
                 }
             }
         }
+        let scan_at = started.elapsed();
         let Scan {
             mut stats,
             todo,
@@ -742,23 +764,35 @@ impl CodeIndex {
                 stats.removed += 1;
             }
         }
+        let indexed_at = started.elapsed();
         if changed {
             if let Some(w) = writer.as_mut() {
                 w.commit()
                     .map_err(|e| io_err("committing the index failed", e))?;
             }
-        }
-        // The manifest is saved with every commit: an index ahead of its manifest could keep
-        // the chunks of a file whose content went back to what the manifest remembers.
-        if changed || stats.same_content > 0 || !self.dir.join("manifest.json").exists() {
-            self.save_manifest(manifest)?;
-        }
-        if changed {
+            // Searchable from here on.
             open.reader
                 .reload()
                 .map_err(|e| io_err("cannot reload the index", e))?;
         }
+        let committed_at = started.elapsed();
+        // The manifest is saved with every commit: an index ahead of its manifest could keep
+        // the chunks of a file whose content went back to what the manifest remembers.
+        if changed || stats.same_content > 0 || !self.dir.join("manifest.json").exists() {
+            if keeper.defer_manifest {
+                keeper.manifest_unsaved = true;
+            } else {
+                self.save_manifest(manifest)?;
+            }
+        }
         stats.duration = started.elapsed();
+        tracing::debug!(
+            scan_ms = scan_at.as_secs_f64() * 1e3,
+            index_ms = (indexed_at - scan_at).as_secs_f64() * 1e3,
+            commit_ms = (committed_at - indexed_at).as_secs_f64() * 1e3,
+            manifest_ms = (stats.duration - committed_at).as_secs_f64() * 1e3,
+            "codebase index pass"
+        );
         Ok(stats)
     }
 
@@ -828,14 +862,13 @@ impl CodeIndex {
                 return Ok(false);
             };
             new_dirs.extend(folders.iter().filter(|f| !watches.contains(f)).cloned());
-            let start = watch::prefix_len(d);
-            for k in under_map(&manifest.files, d) {
-                let keep = match k[start..].find('/') {
-                    None => seen.contains(k),
-                    Some(i) => folders.contains(&k[..start + i]),
-                };
-                if !keep {
-                    scan.gone.push(k.clone());
+            for entry in entries(&manifest.files, d) {
+                match entry {
+                    Entry::File(k) if !seen.contains(k) => scan.gone.push(k.clone()),
+                    Entry::Folder(f) if !folders.contains(f) => {
+                        scan.gone.extend(under_map(&manifest.files, f).cloned());
+                    }
+                    _ => {}
                 }
             }
             for c in watches.children(d) {
@@ -1127,7 +1160,10 @@ impl Drop for CodeIndex {
 /// The index thread: gathers events and requests, waits out the debounce, runs passes. It
 /// owns the watches and the index writer; it ends when the index is dropped.
 fn keep(index: Weak<CodeIndex>, rx: Receiver<Msg>, for_watches: SyncSender<Msg>) {
-    let mut keeper = Keeper::default();
+    let mut keeper = Keeper {
+        defer_manifest: true,
+        ..Keeper::default()
+    };
     let mut batch = Batch::default();
     loop {
         let first = match batch.wait(Instant::now()) {
@@ -1199,6 +1235,48 @@ fn within(p: &str, dir: &str) -> bool {
     dir.is_empty()
         || p == dir
         || (p.len() > dir.len() && p.starts_with(dir) && p.as_bytes()[dir.len()] == b'/')
+}
+
+/// An entry of a folder, as the manifest knows it.
+enum Entry<'a> {
+    /// A file directly in the folder (its key).
+    File(&'a String),
+    /// A folder with indexed files somewhere below it (its path).
+    Folder(&'a str),
+}
+
+/// The manifest's entries directly in the folder `rel`: each file, and each subfolder once
+/// (skipped over with one lookup: an update of the root of a large tree must not go through
+/// every file of it).
+fn entries<'a, V>(
+    files: &'a BTreeMap<String, V>,
+    rel: &str,
+) -> impl Iterator<Item = Entry<'a>> + use<'a, V> {
+    use std::ops::Bound;
+    let prefix = if rel.is_empty() {
+        String::new()
+    } else {
+        format!("{rel}/")
+    };
+    let mut from: Bound<String> = Bound::Included(prefix.clone());
+    std::iter::from_fn(move || {
+        let (key, _) = files
+            .range::<str, _>((from.as_ref().map(String::as_str), Bound::Unbounded))
+            .next()?;
+        let rest = key.strip_prefix(prefix.as_str())?;
+        match rest.find('/') {
+            None => {
+                from = Bound::Excluded(key.clone());
+                Some(Entry::File(key))
+            }
+            Some(i) => {
+                let folder = &key[..prefix.len() + i];
+                // '0' follows '/': the first key after everything below `folder/`.
+                from = Bound::Included(format!("{folder}0"));
+                Some(Entry::Folder(folder))
+            }
+        }
+    })
 }
 
 /// The manifest's files below the folder `rel`.
@@ -1317,6 +1395,34 @@ mod tests {
     fn inject(index: &Arc<CodeIndex>, msg: impl FnOnce(u64) -> Msg) {
         let n = index.seq.counted.fetch_add(1, Ordering::SeqCst) + 1;
         assert!(index.send(msg(n)));
+    }
+
+    #[test]
+    fn the_entries_of_a_folder_skip_over_subfolders() {
+        let files: BTreeMap<String, ()> = [
+            "a.rs",
+            "b/c.rs",
+            "b/d/e.rs",
+            "b/f.rs",
+            "b0.rs",
+            "b/d0/g.rs",
+            "z/y.rs",
+        ]
+        .into_iter()
+        .map(|k| (k.to_string(), ()))
+        .collect();
+        let list = |rel: &str| -> Vec<String> {
+            entries(&files, rel)
+                .map(|e| match e {
+                    Entry::File(k) => k.clone(),
+                    Entry::Folder(f) => format!("{f}/"),
+                })
+                .collect()
+        };
+        assert_eq!(list(""), ["a.rs", "b/", "b0.rs", "z/"]);
+        assert_eq!(list("b"), ["b/c.rs", "b/d/", "b/d0/", "b/f.rs"]);
+        assert_eq!(list("b/d"), ["b/d/e.rs"]);
+        assert!(list("q").is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

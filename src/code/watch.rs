@@ -52,6 +52,8 @@ pub enum Msg {
 pub struct Seq {
     /// Events numbered so far (the handler numbers each one before queueing it).
     pub counted: AtomicU64,
+    /// Everything the backend delivered, also what the handler dropped.
+    pub received: AtomicU64,
     /// An event could not be queued: the next update must be a walk.
     pub dropped: AtomicBool,
     /// The folder whose events are barriers, once it is watched (see [`Seq::barrier`]).
@@ -66,6 +68,7 @@ impl Default for Seq {
     fn default() -> Seq {
         Seq {
             counted: AtomicU64::new(0),
+            received: AtomicU64::new(0),
             dropped: AtomicBool::new(false),
             barrier_dir: std::sync::Mutex::new(None),
             barrier_next: AtomicU64::new(0),
@@ -136,6 +139,7 @@ impl Watches {
         let shared = Arc::clone(&seq);
         let barrier_dir = barrier.clone();
         let handler = move |res: notify::Result<notify::Event>| {
+            seq.received.fetch_add(1, Ordering::Relaxed);
             let msg = match res {
                 Ok(ev) => {
                     if ev

@@ -298,6 +298,7 @@ fn codebase_health(s: &crate::code::index::Status) -> serde_json::Value {
         "updated_files": s.updated_files,
         "removed_files": s.removed_files,
         "instant_queries": s.instant_queries,
+        "events": s.events,
         "error": s.error,
     })
 }
