@@ -13,7 +13,8 @@
 //! file (`toolpilot-indexbench-probe-PID.rs` at its root) that the change measurements create,
 //! rewrite and delete.
 //!
-//! `TOOLPILOT_CODEBASE__WATCH=false` measures the walk-per-query fallback.
+//! `TOOLPILOT_CODEBASE__WATCH=false` measures the walk-per-query fallback; `--state DIR` keeps
+//! the index in DIR between runs; `RUST_LOG=toolpilot::code=debug` logs each pass's phases.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,8 +64,19 @@ fn main() -> Result<(), String> {
     let scratch = std::env::temp_dir().join(format!("toolpilot-indexbench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     let _cleanup = Cleanup(vec![scratch.clone()]);
-    let state = scratch.join("state");
-    let tree = match args.iter().find(|a| !a.starts_with("--")) {
+    // `--state DIR` keeps the index there between runs (the "cold build" is then a walk).
+    let state = match args.iter().position(|a| a == "--state") {
+        Some(i) => PathBuf::from(args.get(i + 1).ok_or("--state needs a directory")?),
+        None => scratch.join("state"),
+    };
+    let state_arg = args
+        .iter()
+        .position(|a| a == "--state")
+        .and_then(|i| args.get(i + 1));
+    let tree = match args
+        .iter()
+        .find(|a| !a.starts_with("--") && Some(*a) != state_arg)
+    {
         Some(d) => PathBuf::from(d),
         None if quick => {
             // A copy, so the probe file never lands in the repository.
