@@ -418,7 +418,7 @@ impl CodeIndex {
     fn pass(&self, keeper: &mut Keeper, batch: Batch, for_watches: &SyncSender<Msg>) {
         self.running.store(true, Ordering::SeqCst);
         let built = self.lock().status.built;
-        let walk = batch.walk || !built || keeper.watches.is_none();
+        let walk = batch.needs_walk() || !built || keeper.watches.is_none();
         // Everything numbered or asked for before the walk starts is covered by it.
         let counted = self.seq.counted.load(Ordering::SeqCst);
         let requests = self.walk_requests.load(Ordering::SeqCst);
@@ -1210,7 +1210,7 @@ fn keep(index: Weak<CodeIndex>, rx: Receiver<Msg>, for_watches: SyncSender<Msg>)
         if me.walk_requests.load(Ordering::SeqCst) > me.progress.borrow().walked {
             batch.walk = true;
         }
-        if batch.walk {
+        if batch.needs_walk() {
             // Until the walk is done, queries wait for it rather than trust the events.
             me.live.store(false, Ordering::SeqCst);
         }
@@ -1470,6 +1470,51 @@ mod tests {
             .unwrap();
             index.catch_up(Duration::from_secs(30)).await;
             assert_eq!(found(&word), 1, "round {round}: {:?}", index.status());
+        }
+        assert_eq!(index.status().walks, 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_changed_ignore_file_means_one_walk() {
+        let (tmp, index) = built().await;
+        std::fs::write(tmp.path().join("ws/.gitignore"), "src/\n").unwrap();
+        index.catch_up(Duration::from_secs(30)).await;
+        let s = index.status();
+        // One walk, or two when the file's events came in two parts around the debounce.
+        assert!(s.walks >= 2 && s.files == 0, "{s:?}");
+        // The ignored folder is no longer watched either.
+        assert_eq!(s.watching, Watching::Active { folders: 1 });
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn moved_folders_stay_watched_under_their_new_name() {
+        let (tmp, index) = built().await;
+        let ws = tmp.path().join("ws");
+        let paths = |q: &str| -> Vec<String> {
+            index
+                .search(q, 8)
+                .unwrap()
+                .map(|(h, _)| h.into_iter().map(|h| h.path).collect())
+                .unwrap_or_default()
+        };
+        std::fs::create_dir_all(ws.join("lib/m")).unwrap();
+        std::fs::write(ws.join("lib/m/x.rs"), "fn zqxfirst() {}\n").unwrap();
+        index.catch_up(Duration::from_secs(30)).await;
+        assert_eq!(paths("zqxfirst"), ["lib/m/x.rs"]);
+        // Into a folder that sorts after the old parent, then back before it, then within one.
+        for (from, to, word) in [
+            ("lib/m", "src/m", "zqxsecond"),
+            ("src/m", "lib/n", "zqxthird"),
+            ("lib/n", "lib/o", "zqxfourth"),
+        ] {
+            std::fs::rename(ws.join(from), ws.join(to)).unwrap();
+            index.catch_up(Duration::from_secs(30)).await;
+            assert_eq!(paths("zqxfirst"), [format!("{to}/x.rs")], "{from} -> {to}");
+            // The moved folder's own watch still reports changes in it.
+            std::fs::write(ws.join(to).join("x.rs"), format!("fn {word}() {{}}\n")).unwrap();
+            index.catch_up(Duration::from_secs(30)).await;
+            assert_eq!(paths(word), [format!("{to}/x.rs")], "{from} -> {to}");
+            std::fs::write(ws.join(to).join("x.rs"), "fn zqxfirst() {}\n").unwrap();
         }
         assert_eq!(index.status().walks, 1);
     }

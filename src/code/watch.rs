@@ -354,8 +354,11 @@ fn is_ignore_file(name: &str) -> bool {
 pub struct Batch {
     /// Folders whose entries changed (relative; `""` is the root).
     pub dirs: BTreeSet<String>,
-    /// A walk is needed (asked for, or the notifications lapsed, or an ignore file changed).
+    /// A walk is needed now (asked for, or the notifications lapsed).
     pub walk: bool,
+    /// An ignore file changed: a walk is needed, after the debounce like any change (saving
+    /// a file is often several events).
+    pub ignore_changed: bool,
     /// Why the notifications lapsed, for the log.
     pub lost: Option<String>,
     /// A query waits.
@@ -389,7 +392,7 @@ impl Batch {
             let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or("");
             if is_ignore_file(name) {
                 // What is ignored may have changed anywhere below.
-                self.walk = true;
+                self.ignore_changed = true;
                 continue;
             }
             let parent = rel
@@ -403,14 +406,15 @@ impl Batch {
         }
     }
 
+    /// Whether the update must be a walk.
+    pub fn needs_walk(&self) -> bool {
+        self.walk || self.ignore_changed
+    }
+
     /// The notifications lapsed: only a walk can tell what changed.
     pub fn lapse(&mut self, why: String) {
         self.walk = true;
         self.lost.get_or_insert(why);
-    }
-
-    pub fn is_empty(&self) -> bool {
-        !self.walk && !self.flush && self.dirs.is_empty() && self.first.is_none()
     }
 
     /// Whether the update should run now.
@@ -503,7 +507,8 @@ mod tests {
             &ev(EventKind::Modify(ModifyKind::Any), &["/ws/src/.gitignore"]),
             1,
         );
-        assert!(b.walk && b.due(Instant::now()));
+        assert!(b.needs_walk() && !b.walk && !b.due(Instant::now()));
+        assert!(b.due(Instant::now() + MAX_DELAY));
         let mut b = Batch::default();
         b.event(
             root,
