@@ -199,7 +199,6 @@ struct Inner {
 }
 
 /// The index of one workspace. One per engine; cheap until first used.
-/// The index of one workspace. One per engine; cheap until first used.
 pub struct CodeIndex {
     dir: PathBuf,
     ws: Arc<Workspace>,
@@ -358,7 +357,9 @@ impl CodeIndex {
                     }
                     return;
                 }
-                self.send(Msg::Flush);
+                if !self.send(Msg::Flush) {
+                    return;
+                }
                 let _ =
                     tokio::time::timeout_at(deadline, rx.wait_for(|p| p.applied >= target)).await;
                 return;

@@ -142,13 +142,9 @@ impl Watches {
             seq.received.fetch_add(1, Ordering::Relaxed);
             let msg = match res {
                 Ok(ev) => {
-                    if ev
-                        .paths
-                        .first()
-                        .is_some_and(|p| p.starts_with(&barrier_dir))
-                    {
+                    if let Some(p) = ev.paths.first().filter(|p| p.starts_with(&barrier_dir)) {
                         if let EventKind::Create(_) = ev.kind {
-                            let n = ev.paths[0]
+                            let n = p
                                 .file_name()
                                 .and_then(|n| n.to_str())
                                 .and_then(|n| n.parse::<u64>().ok());
