@@ -46,6 +46,9 @@ const COMMIT_EVERY: usize = 2_000;
 /// How long a query waits for its barrier (see [`watch::Seq::barrier`]); it comes in well
 /// under a millisecond unless the machine stalls.
 const BARRIER_WAIT: Duration = Duration::from_secs(1);
+/// The index thread closes its writer (after tantivy's merges) when nothing changed for this
+/// long: another process may then write the index (`toolpilot run` on the same workspace).
+const WRITER_IDLE: Duration = Duration::from_secs(10);
 /// The manifest holds a path, a hash and a few numbers per file: this is millions of files.
 const MAX_MANIFEST_BYTES: u64 = 256 << 20;
 
@@ -244,7 +247,8 @@ enum Scope {
 struct Keeper {
     /// The watches, while notifications are used.
     watches: Option<Watches>,
-    /// Kept between updates, so tantivy's merges of the small segments updates make can run.
+    /// Kept between updates, so tantivy's merges of the small segments updates make can run;
+    /// closed after [`WRITER_IDLE`] without a change.
     writer: Option<IndexWriter<TantivyDocument>>,
     /// The index thread saves the manifest after it has told waiting queries the index is
     /// current (it is: the index is committed); a benchmark's refresh saves it at once.
@@ -1168,6 +1172,20 @@ fn keep(index: Weak<CodeIndex>, rx: Receiver<Msg>, for_watches: SyncSender<Msg>)
     let mut batch = Batch::default();
     loop {
         let first = match batch.wait(Instant::now()) {
+            // Idle with the writer open: let its merges finish and release it after a while,
+            // so the index's lock is held only while the workspace changes.
+            None if keeper.writer.is_some() => match rx.recv_timeout(WRITER_IDLE) {
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(w) = keeper.writer.take() {
+                        if let Err(e) = w.wait_merging_threads() {
+                            tracing::warn!(error = %e, "codebase index: merging segments failed");
+                        }
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            },
             None => match rx.recv() {
                 Ok(m) => Some(m),
                 Err(_) => return,
