@@ -1,6 +1,7 @@
 //! Understanding the workspace's code: symbols from a real parser (`symbols`), chunks that
 //! follow code structure (`chunks`), identifier-aware words (`words`), the BM25 index
-//! (`index`), optional re-ranking with embeddings, and the repository map.
+//! (`index`) kept current from file-system notifications (`watch`), optional re-ranking with
+//! embeddings, and the repository map.
 //!
 //! Nothing here makes HTTP calls: embeddings come through [`Embedder`], which the agent
 //! implements with the upstream's `/v1/embeddings`.
@@ -8,6 +9,7 @@
 pub mod chunks;
 pub mod index;
 pub mod symbols;
+pub mod watch;
 pub mod words;
 
 use std::future::Future;

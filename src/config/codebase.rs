@@ -21,6 +21,12 @@ pub struct CodebaseConfig {
     pub rerank_candidates: usize,
     /// Globs skipped in addition to the walk's rules (`tools.search_exclude`).
     pub exclude: Vec<String>,
+    /// Keep the index current from file-system notifications (else every query walks).
+    pub watch: bool,
+    /// At most this many folders are watched (one watch each); 0: half of the system's
+    /// `fs.inotify.max_user_watches`, at most 65,536. A workspace with more folders falls
+    /// back to walking on every query.
+    pub max_watches: usize,
 }
 
 impl Default for CodebaseConfig {
@@ -32,6 +38,8 @@ impl Default for CodebaseConfig {
             embeddings_model: None,
             rerank_candidates: 30,
             exclude: Vec::new(),
+            watch: true,
+            max_watches: 0,
         }
     }
 }
@@ -44,6 +52,8 @@ pub(super) struct CodebaseFile {
     pub(super) wait_secs: Option<f64>,
     pub(super) embeddings_model: Option<String>,
     pub(super) rerank_candidates: Option<usize>,
+    pub(super) watch: Option<bool>,
+    pub(super) max_watches: Option<usize>,
 }
 
 /// `exclude` is `tools.search_exclude`, which the index honours too.
@@ -64,5 +74,7 @@ pub(super) fn resolve(cf: CodebaseFile, exclude: &[String]) -> Result<CodebaseCo
             cd.rerank_candidates,
         )?,
         exclude: exclude.to_vec(),
+        watch: cf.watch.unwrap_or(cd.watch),
+        max_watches: cf.max_watches.unwrap_or(cd.max_watches),
     })
 }

@@ -303,6 +303,7 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
         "upstream": engine.upstreams.describe(),
         "demo_model": engine.upstreams.is_demo(),
         "server_tools": tools,
+        "codebase": codebase_health(&engine.code.status()),
         "sandbox": {
             "landlock": engine.terminal.sandbox,
             "commands": engine.terminal.describe(),
@@ -316,6 +317,32 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+/// The codebase index in `/healthz`: how it learns about changes (and why not from
+/// notifications), and what it has done.
+fn codebase_health(s: &crate::code::index::Status) -> serde_json::Value {
+    use crate::code::index::Watching;
+    let (notifications, folders, reason) = match &s.watching {
+        Watching::NotStarted => ("not started", 0, None),
+        Watching::Active { folders } => ("active", *folders, None),
+        Watching::Off(why) => ("off", 0, Some(why.as_str())),
+    };
+    json!({
+        "notifications": notifications,
+        "reason": reason,
+        "folders_watched": folders,
+        "built": s.built,
+        "refreshing": s.refreshing,
+        "files": s.files,
+        "walks": s.walks,
+        "updates": s.updates,
+        "updated_files": s.updated_files,
+        "removed_files": s.removed_files,
+        "instant_queries": s.instant_queries,
+        "events": s.events,
+        "error": s.error,
+    })
 }
 
 /// `GET /v1/jobs`: background jobs of `run_terminal_command`.

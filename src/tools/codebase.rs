@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::args::Args;
 use super::{Invocation, Tool, ToolEnv, ToolError, blocking};
-use crate::code::index::render_snippet;
+use crate::code::index::{Watching, render_snippet};
 use crate::code::symbols::{self, Lang, MAX_PARSE_BYTES};
 use crate::code::{embed_text, rerank};
 use crate::policy::{Access, Target};
@@ -49,7 +49,7 @@ impl Tool for Codebase {
 
 async fn search(env: &ToolEnv, query: &str) -> String {
     let idx = std::sync::Arc::clone(&env.code);
-    idx.refresh_and_wait(idx.config.wait).await;
+    idx.catch_up(idx.config.wait).await;
     let cfg = &idx.config;
     let embed = env
         .embedder
@@ -168,9 +168,21 @@ fn index_note(s: &crate::code::index::Status) -> String {
         group(s.files as u64),
         group(s.chunks as u64)
     );
+    match &s.watching {
+        Watching::Active { .. } => out.push_str("; kept current from file notifications"),
+        Watching::Off(why) => out.push_str(&format!(
+            "; every query re-checks the files (no file notifications: {why})"
+        )),
+        Watching::NotStarted => {}
+    }
     if let Some(l) = &s.last {
+        let what = match l.folders {
+            0 => "last refresh".to_string(),
+            1 => "last update (1 changed folder)".to_string(),
+            n => format!("last update ({n} changed folders)"),
+        };
         out.push_str(&format!(
-            "; last refresh: {} re-indexed, {} unchanged, {} same content, {} removed in {} ms",
+            "; {what}: {} re-indexed, {} unchanged, {} same content, {} removed in {} ms",
             l.indexed,
             l.unchanged,
             l.same_content,

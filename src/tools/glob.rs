@@ -2,15 +2,18 @@
 //!
 //! Semantics of ripgrep's `--iglob`: case-insensitive; a pattern without `/` matches the file
 //! name at any depth, one with `/` matches the path from the workspace root (`**` crosses
-//! folders, `*` does not). The walk runs in parallel; the output is sorted, capped at
-//! `tools.glob_max_results`, and says how many matches were left out.
+//! folders, `*` does not). The walk runs in parallel, each thread collecting its own matches
+//! (a name is matched where the walk has it; only a match is copied, and only a match is
+//! checked against the sensitive-file patterns, folders being pruned by the walk); the output
+//! is sorted, capped at `tools.glob_max_results`, and says how many matches were left out.
 
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use globset::{GlobBuilder, GlobMatcher};
-use ignore::WalkState;
+use ignore::{ParallelVisitor, ParallelVisitorBuilder, WalkState};
 use serde_json::json;
 
 use super::args::Args;
@@ -100,45 +103,106 @@ pub fn find_files(env: &ToolEnv, glob: &PathGlob) -> Result<Found, ToolError> {
         ws,
         &ws.root_path(),
         &env.config.search_exclude,
-        Visibility::Search,
+        Visibility::SearchCallerChecksFiles,
     )
     .map_err(ToolError::Failed)?;
-    let found = Mutex::new(Vec::new());
+    let all = Mutex::new(Vec::new());
     let stop = AtomicBool::new(false);
     let deadline = Instant::now() + env.config.search_timeout;
-    b.build_parallel().run(|| {
-        Box::new(|entry| {
-            let Ok(entry) = entry else {
-                return WalkState::Continue;
-            };
-            if !entry.file_type().is_some_and(|t| t.is_file()) {
-                if env.cancel.is_cancelled() || Instant::now() > deadline {
-                    stop.store(true, Ordering::Relaxed);
-                    return WalkState::Quit;
-                }
-                return WalkState::Continue;
-            }
-            let Some(rel) = ws.rel_of(entry.path()) else {
-                return WalkState::Continue;
-            };
-            let rel = rel.to_string_lossy();
-            if glob.is_match(&rel) {
-                if let Ok(mut v) = found.lock() {
-                    v.push(rel.into_owned());
-                }
-            }
-            WalkState::Continue
-        })
+    b.build_parallel().visit(&mut Collectors {
+        env,
+        glob,
+        all: &all,
+        stop: &stop,
+        deadline,
     });
     if env.cancel.is_cancelled() {
         return Err(ToolError::Failed("cancelled".into()));
     }
-    let mut paths = found.into_inner().unwrap_or_default();
+    let parts: Vec<Vec<String>> = all.into_inner().unwrap_or_default();
+    let mut paths = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+    for p in parts {
+        paths.extend(p);
+    }
     paths.sort_unstable();
     Ok(Found {
         paths,
         partial: stop.load(Ordering::Relaxed),
     })
+}
+
+/// Makes one [`Collector`] per walker thread.
+struct Collectors<'a> {
+    env: &'a ToolEnv,
+    glob: &'a PathGlob,
+    /// Each collector's matches, handed over when its thread is done.
+    all: &'a Mutex<Vec<Vec<String>>>,
+    stop: &'a AtomicBool,
+    deadline: Instant,
+}
+
+impl<'a> ParallelVisitorBuilder<'a> for Collectors<'a> {
+    fn build(&mut self) -> Box<dyn ParallelVisitor + 'a> {
+        Box::new(Collector {
+            env: self.env,
+            glob: self.glob,
+            all: self.all,
+            stop: self.stop,
+            deadline: self.deadline,
+            found: Vec::new(),
+        })
+    }
+}
+
+/// One walker thread's matches: kept apart (no lock per match) until the thread ends.
+struct Collector<'a> {
+    env: &'a ToolEnv,
+    glob: &'a PathGlob,
+    all: &'a Mutex<Vec<Vec<String>>>,
+    stop: &'a AtomicBool,
+    deadline: Instant,
+    found: Vec<String>,
+}
+
+impl ParallelVisitor for Collector<'_> {
+    fn visit(&mut self, entry: Result<ignore::DirEntry, ignore::Error>) -> WalkState {
+        let Ok(entry) = entry else {
+            return WalkState::Continue;
+        };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            if self.env.cancel.is_cancelled() || Instant::now() > self.deadline {
+                self.stop.store(true, Ordering::Relaxed);
+                return WalkState::Quit;
+            }
+            return WalkState::Continue;
+        }
+        // Only a match costs an allocation: the name (or the path below the root) is matched
+        // where the walk has it.
+        let rel = if self.glob.basename {
+            if !self.glob.matcher.is_match(Path::new(entry.file_name())) {
+                return WalkState::Continue;
+            }
+            self.env.workspace.rel_of(entry.path())
+        } else {
+            self.env
+                .workspace
+                .rel_of(entry.path())
+                .filter(|rel| self.glob.matcher.is_match(rel))
+        };
+        // The walk left the sensitive-file check of files to this visitor: only matches pay.
+        if let Some(rel) = rel.filter(|r| !walk::is_sensitive_file(&self.env.workspace, r)) {
+            self.found.push(rel.to_string_lossy().into_owned());
+        }
+        WalkState::Continue
+    }
+}
+
+impl Drop for Collector<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut all) = self.all.lock() {
+            all.push(std::mem::take(&mut self.found));
+        }
+    }
 }
 
 fn render(found: &Found, pattern: &str, max: usize) -> String {
@@ -180,6 +244,12 @@ mod tests {
         assert!(g("**/*.rs", "a.rs"));
         assert!(g("./src/*.rs", "src/a.rs"));
         assert!(g("Cargo.toml", "crates/x/Cargo.toml"));
+        assert!(g("CARGO.toml", "crates/x/cargo.TOML"));
+        assert!(g("[A-C]*.rs", "src/b.rs"));
+        assert!(!g("[!a-c]*.rs", "src/B.rs"));
+        assert!(g("src/**/Mod.rs", "SRC/x/mod.RS"));
+        assert!(!g("*.rs", "a.rs.bak"));
+        assert!(g("*.rs", "src/Ünïcode.RS"));
         assert!(PathGlob::new("a[").is_err());
     }
 }

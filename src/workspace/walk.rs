@@ -21,8 +21,18 @@ pub const CONTINUE_IGNORE: &str = ".continueignore";
 pub enum Visibility {
     /// Search tools: hidden files, excluded globs and sensitive files are skipped.
     Search,
+    /// Like `Search`, but only sensitive *folders* are skipped: the caller checks each file it
+    /// keeps with [`is_sensitive_file`]. For a caller that matches names first
+    /// (`file_glob_search`), that is one check per match instead of one per file.
+    SearchCallerChecksFiles,
     /// `ls`: hidden entries are listed (like Continue's `ls`), but `.git` is not descended.
     Listing,
+}
+
+/// Whether a file a [`Visibility::SearchCallerChecksFiles`] walk yielded is sensitive (its
+/// folders were checked by the walk). `rel` is relative to the root.
+pub fn is_sensitive_file(ws: &Workspace, rel: &Path) -> bool {
+    ws.sensitive.matched(rel, false).is_ignore()
 }
 
 /// Builds a walker rooted at `start` (inside `ws`). `exclude` holds gitignore-style globs.
@@ -34,7 +44,8 @@ pub fn builder(
 ) -> Result<WalkBuilder, String> {
     let start_abs = ws.root().join(start.rel());
     let mut b = WalkBuilder::new(&start_abs);
-    b.hidden(visibility == Visibility::Search)
+    let search = visibility != Visibility::Listing;
+    b.hidden(search)
         .ignore(true)
         .git_ignore(true)
         .git_exclude(true)
@@ -43,7 +54,7 @@ pub fn builder(
         .parents(true)
         .follow_links(false)
         .add_custom_ignore_filename(CONTINUE_IGNORE);
-    if visibility == Visibility::Search && !exclude.is_empty() {
+    if search && !exclude.is_empty() {
         let mut ob = OverrideBuilder::new(ws.root());
         for g in exclude {
             // In an override set, a `!glob` excludes; plain globs would whitelist.
@@ -55,14 +66,17 @@ pub fn builder(
     }
     let root = ws.root().to_path_buf();
     let sensitive = ws.sensitive.clone();
-    let skip_sensitive = visibility == Visibility::Search;
     b.filter_entry(move |entry| {
         let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-        if visibility == Visibility::Listing && is_dir && entry.file_name() == ".git" {
-            return entry.depth() == 0;
-        }
-        if !skip_sensitive {
-            return true;
+        match visibility {
+            Visibility::Listing if is_dir && entry.file_name() == ".git" => {
+                return entry.depth() == 0;
+            }
+            Visibility::Listing => return true,
+            // The caller checks the files it keeps; a file at the start of the walk has
+            // parents above it to check, so it is checked here.
+            Visibility::SearchCallerChecksFiles if !is_dir && entry.depth() > 1 => return true,
+            _ => {}
         }
         match super::rel_under(&root, entry.path()) {
             // Sensitive directories are pruned here, so below the start of the walk only the
@@ -130,5 +144,19 @@ mod tests {
         assert!(walked(&ws, "keys/a").is_empty());
         assert!(walked(&ws, "private/z").is_empty());
         assert!(walked(&ws, "nested").is_empty());
+        // Leaving the files to the caller: the folders are still pruned, and the check the
+        // caller makes rejects the rest.
+        let start = ws.resolve(".").unwrap();
+        let mut v: Vec<String> = builder(&ws, &start, &[], Visibility::SearchCallerChecksFiles)
+            .unwrap()
+            .build()
+            .flatten()
+            .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+            .map(|e| rel_display(&ws, e.path()))
+            .collect();
+        v.sort();
+        assert_eq!(v, ["src/deep/er/y.pem", "src/ok.rs", "src/x.pem"]);
+        v.retain(|f| !is_sensitive_file(&ws, Path::new(f)));
+        assert_eq!(v, ["src/ok.rs"]);
     }
 }

@@ -144,7 +144,7 @@ fn index_line(result: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_index_refreshes_only_what_changed() {
+async fn without_notifications_each_query_walks_and_reindexes_only_what_changed() {
     let round = |id: &str, q: &str| json!({"tool_calls": [{"id": id, "name": "codebase", "arguments": {"query": q}}]});
     let s = TestServer::builder()
         .file("src/a.rs", "fn alpha_handler() { let x = 1; }\n")
@@ -153,7 +153,7 @@ async fn the_index_refreshes_only_what_changed() {
             "src/c.go",
             "package c\n\nfunc GammaJob() int { return 3 }\n",
         )
-        .config("[policy.tools]\ncodebase = \"allow\"\n")
+        .config("[policy.tools]\ncodebase = \"allow\"\n[codebase]\nwatch = false\n")
         .script(json!({"rounds": [
             round("q1", "beta worker"), {"text": "1"},
             round("q2", "zebra"), {"text": "2"},
@@ -207,6 +207,137 @@ async fn the_index_refreshes_only_what_changed() {
         index_line(&r4).contains("0 re-indexed, 2 unchanged, 1 same content, 0 removed"),
         "{r4}"
     );
+    // Every query walked, and says why.
+    assert!(
+        index_line(&r4).contains("no file notifications: turned off (codebase.watch = false)"),
+        "{r4}"
+    );
+    let h = codebase_health(&s).await;
+    assert_eq!(h["notifications"], "off", "{h}");
+    assert_eq!(h["walks"], 4, "{h}");
+    assert_eq!(h["updates"], 0, "{h}");
+}
+
+/// The `codebase` part of `/healthz`.
+async fn codebase_health(s: &TestServer) -> Value {
+    let r = s.get("/healthz").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.body["codebase"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_keep_the_index_current_without_a_walk() {
+    let round = |id: &str, q: &str| json!({"tool_calls": [{"id": id, "name": "codebase", "arguments": {"query": q}}]});
+    let s = TestServer::builder()
+        .file("src/a.rs", "fn alpha_handler() { let x = 1; }\n")
+        .file("src/b.py", "def beta_worker():\n    return 2\n")
+        .file("node_modules/m/z.js", "function zebraInIgnored() {}\n")
+        .config("[policy.tools]\ncodebase = \"allow\"\n")
+        .script(json!({"rounds": [
+            round("q1", "beta worker"), {"text": "1"},
+            round("q2", "zebra"), {"text": "2"},
+            round("q3", "beta worker"), {"text": "3"},
+            round("q4", "delta function"), {"text": "4"},
+            round("q5", "alpha handler"), {"text": "5"}
+        ]}))
+        .start()
+        .await;
+    let result = |s: &TestServer, id: &str| {
+        let reqs = s.requests();
+        tool_result(&reqs[reqs.len() - 1], id)
+    };
+    // The first query builds the index (one walk) and starts watching.
+    assert_eq!(s.chat(ask("1")).await.status, 200);
+    assert_eq!(top_file(&result(&s, "q1")), "src/b.py");
+    let h = codebase_health(&s).await;
+    assert_eq!(h["notifications"], "active", "{h}");
+    assert_eq!(h["walks"], 1, "{h}");
+    // The root, src and node_modules' absence: excluded folders cost no watch.
+    assert_eq!(h["folders_watched"], 2, "{h}");
+
+    // A changed file is found by the next query: it applies the changes reported before it
+    // (a barrier event makes sure the ones just made are among them), with no walk.
+    write(
+        &s.path("src/a.rs"),
+        "fn alpha_handler() { zebra_crossing(); }\n",
+    );
+    assert_eq!(s.chat(ask("2")).await.status, 200);
+    let r2 = result(&s, "q2");
+    assert_eq!(top_file(&r2), "src/a.rs", "{r2}");
+    assert!(r2.contains("zebra_crossing"), "{r2}");
+    assert!(
+        index_line(&r2).contains("kept current from file notifications"),
+        "{r2}"
+    );
+
+    // A deleted file disappears.
+    std::fs::remove_file(s.path("src/b.py")).unwrap();
+    assert_eq!(s.chat(ask("3")).await.status, 200);
+    let r3 = result(&s, "q3");
+    assert!(r3.starts_with("No relevant code found"), "{r3}");
+    let h = codebase_health(&s).await;
+    assert_eq!(h["updated_files"], 1, "{h}");
+    assert_eq!(h["removed_files"], 1, "{h}");
+
+    // A file in a new folder: the folder is watched and walked when it appears.
+    write(
+        &s.path("web/ui/d.ts"),
+        "export function deltaFunction() {}\n",
+    );
+    assert_eq!(s.chat(ask("4")).await.status, 200);
+    assert_eq!(top_file(&result(&s, "q4")), "web/ui/d.ts");
+    let h = codebase_health(&s).await;
+    assert_eq!(h["updated_files"], 2, "{h}");
+
+    // Nothing changed: the query waits for nothing. And there was never a second walk.
+    let before = h["instant_queries"].as_u64().unwrap();
+    assert_eq!(s.chat(ask("5")).await.status, 200);
+    assert_eq!(top_file(&result(&s, "q5")), "src/a.rs");
+    let h = codebase_health(&s).await;
+    assert!(h["instant_queries"].as_u64().unwrap() > before, "{h}");
+    assert_eq!(h["walks"], 1, "{h}");
+    assert_eq!(h["folders_watched"], 4, "{h}");
+    assert!(h["updates"].as_u64().unwrap() >= 3, "{h}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_folders_than_watches_falls_back_to_walking() {
+    let round = |id: &str, q: &str| json!({"tool_calls": [{"id": id, "name": "codebase", "arguments": {"query": q}}]});
+    let s = TestServer::builder()
+        .file("a/one.rs", "fn first_item() {}\n")
+        .file("b/two.rs", "fn second_item() {}\n")
+        .file("c/three.rs", "fn third_item() {}\n")
+        .config("[policy.tools]\ncodebase = \"allow\"\n[codebase]\nmax_watches = 2\n")
+        .script(json!({"rounds": [
+            round("q1", "second item"), {"text": "1"},
+            round("q2", "zebra"), {"text": "2"}
+        ]}))
+        .start()
+        .await;
+    let result = |s: &TestServer, id: &str| {
+        let reqs = s.requests();
+        tool_result(&reqs[reqs.len() - 1], id)
+    };
+    assert_eq!(s.chat(ask("1")).await.status, 200);
+    let r1 = result(&s, "q1");
+    assert_eq!(top_file(&r1), "b/two.rs", "{r1}");
+    let h = codebase_health(&s).await;
+    assert_eq!(h["notifications"], "off", "{h}");
+    assert!(
+        h["reason"]
+            .as_str()
+            .unwrap()
+            .contains("more than 2 folders to watch"),
+        "{h}"
+    );
+    assert_eq!(h["folders_watched"], 0, "{h}");
+    // The next query walks and finds the change.
+    write(&s.path("c/three.rs"), "fn zebra_item() {}\n");
+    assert_eq!(s.chat(ask("2")).await.status, 200);
+    let r2 = result(&s, "q2");
+    assert_eq!(top_file(&r2), "c/three.rs", "{r2}");
+    assert!(index_line(&r2).contains("more than 2 folders"), "{r2}");
+    assert_eq!(codebase_health(&s).await["walks"], 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -493,6 +493,8 @@ fn glob_workspace() -> Builder {
         .file("ignored/gen.rs", "")
         .file(".env", "KEY=1\n")
         .file("config/prod.env", "KEY=2\n")
+        .file("keys/deploy/id.rs", "")
+        .file("src/deep/Server.PEM", "")
         .file("notes.txt", "")
 }
 
@@ -509,6 +511,7 @@ async fn file_glob_search_matches_like_ripgrep_iglob() {
             glob("*.zig"),
             glob("a["),
             glob("src/**"),
+            glob("*.pem"),
         ],
     )
     .await;
@@ -535,6 +538,9 @@ async fn file_glob_search_matches_like_ripgrep_iglob() {
         out[5]
     );
     assert_eq!(out[6], "src/App.RS\nsrc/deep/util.rs\nsrc/main.rs");
+    // A sensitive file is left out whatever the case of its name; a sensitive folder
+    // (keys/deploy/id.rs under out[0]) is not entered.
+    assert_eq!(out[7], none("*.pem"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
