@@ -471,9 +471,13 @@ fn is_escape_error(e: &io::Error) -> bool {
             .contains("a path led outside of the filesystem")
 }
 
+/// `s` without `prefix`, compared ignoring ASCII case. `get` rather than slicing: the byte
+/// where the prefix would end may fall inside a character (`．．／…`, full-width dots and
+/// slashes of three bytes each), and slicing there panics.
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    if s.len() >= prefix.len() && s[..prefix.len()].eq_ignore_ascii_case(prefix) {
-        Some(&s[prefix.len()..])
+    let head = s.get(..prefix.len())?;
+    if head.eq_ignore_ascii_case(prefix) {
+        s.get(prefix.len()..)
     } else {
         None
     }
@@ -624,6 +628,10 @@ mod tests {
         check(&ws, &"a/".repeat(3000), Err("too long"));
         check(&ws, &"x".repeat(300), Err("too long"));
         check(&ws, "  ", Err("path is empty"));
+        // Full-width dots and slashes: three bytes each, so byte 7 (the length of
+        // `file://`) falls inside a character. They are ordinary name characters.
+        check(&ws, "．．／．．／etc", Ok("．．／．．／etc"));
+        check(&ws, "fil\u{e9}://x", Ok("fil\u{e9}:/x"));
     }
 
     #[test]
