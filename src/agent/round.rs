@@ -150,7 +150,18 @@ impl Run<'_> {
                     }
                     let unavailable = !forwarded && e.is_unavailable();
                     let skip_retries = fallback_ready && matches!(e, UpstreamError::Connect { .. });
-                    if e.retryable() && !forwarded && attempt < max_retries && !skip_retries {
+                    // A server that asks for a longer wait than we would hold the client for
+                    // gets its answer passed on (429 with `Retry-After`) rather than waited out.
+                    let too_long = e.retry_after().is_some_and(|ra| ra > cap);
+                    if too_long {
+                        tracing::warn!(error = %e, retry_after = ?e.retry_after(), max_wait = ?cap, "the upstream asks for a longer wait than upstream.retry_max_wait_secs; passing its answer on");
+                    }
+                    if e.retryable()
+                        && !forwarded
+                        && attempt < max_retries
+                        && !skip_retries
+                        && !too_long
+                    {
                         let wait = backoff(attempt, e.retry_after(), base, cap);
                         tracing::warn!(error = %e, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "upstream round failed; retrying");
                         attempt += 1;
@@ -283,7 +294,8 @@ impl From<UpstreamError> for RoundError {
     }
 }
 
-/// Exponential backoff with full jitter, or the server's `Retry-After`, capped.
+/// Exponential backoff with full jitter, or the server's `Retry-After`, capped (the caller
+/// does not wait at all for a `Retry-After` beyond the cap).
 pub(super) fn backoff(
     attempt: u32,
     retry_after: Option<Duration>,

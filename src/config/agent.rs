@@ -14,6 +14,9 @@ pub struct AgentConfig {
     /// Tools offered when the client sends no `tools`; `None` = every enabled built-in.
     pub default_tools: Option<Vec<String>>,
     pub detect_repeats: bool,
+    /// The run ends when the model makes the same call (name and arguments) this many times
+    /// in a row, or the same call fails the same way this many times; 0 turns it off.
+    pub repeat_limit: u32,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -23,6 +26,7 @@ pub(super) struct AgentFile {
     pub(super) approve_asks: Option<bool>,
     pub(super) default_tools: Option<Vec<String>>,
     pub(super) detect_repeats: Option<bool>,
+    pub(super) repeat_limit: Option<u32>,
 }
 
 /// `model` is `--model`, else `[upstream] model`; `yes` is `--yes`.
@@ -52,5 +56,15 @@ pub(super) fn resolve(
         approve_asks: yes || a.approve_asks.unwrap_or(false),
         default_tools: a.default_tools,
         detect_repeats: a.detect_repeats.unwrap_or(true),
+        repeat_limit: match a.repeat_limit {
+            Some(1) => {
+                return Err(err(
+                    "agent.repeat_limit must be 0 (off) or at least 2: with 1 every call would \
+                     end the run",
+                ));
+            }
+            Some(n) => n,
+            None => 3,
+        },
     })
 }

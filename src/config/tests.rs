@@ -110,6 +110,7 @@ fn the_example_config_loads_and_documents_every_key() {
         "approve_asks",
         "default_tools",
         "detect_repeats",
+        "repeat_limit",
         "output_budget",
         "grep_max_results",
         "grep_context_lines",

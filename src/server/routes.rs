@@ -164,9 +164,10 @@ impl Wire for ChatWire {
         }
     }
 
+    /// An `error` event in OpenAI's shape and no `[DONE]`: a client (and the official SDKs,
+    /// which raise on it) can tell a broken answer from a complete one.
     fn fail(&mut self, out: &mut BytesMut, error: &ApiError) {
         ChunkEncoder::error(out, &error.body());
-        ChunkEncoder::done(out);
     }
 
     fn collect(&mut self, ev: RunEvent) -> Option<Response> {

@@ -220,7 +220,14 @@ impl Tool for CreateNewFile {
         let raw = args.string("filepath")?;
         let contents = match args.get("contents") {
             Some(Value::String(s)) => s.clone(),
-            None => String::new(),
+            // The registry refuses a call without it; an empty file is `"contents": ""`.
+            None => {
+                return Err(ToolError::InvalidArguments(
+                    "`contents` is required: the whole text of the new file (\"\" for an \
+                     empty file)"
+                        .into(),
+                ));
+            }
             // A model that wrote JSON file contents as an object.
             Some(other) => serde_json::to_string_pretty(other).unwrap_or_default(),
         };

@@ -315,6 +315,7 @@ impl TextCalls {
             id: super::accumulate::invent_id(),
             name: name.to_string(),
             arguments,
+            kind: None,
         })
     }
 
@@ -353,6 +354,7 @@ impl TextCalls {
             id: super::accumulate::invent_id(),
             name,
             arguments: Value::Object(args).to_string(),
+            kind: None,
         }])
     }
 }

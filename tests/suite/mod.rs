@@ -12,6 +12,7 @@ mod console;
 mod edit_corpus;
 mod edits;
 mod errors;
+mod faults;
 mod lazy_edits;
 mod policy;
 mod progress;
