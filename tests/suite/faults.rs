@@ -335,3 +335,64 @@ async fn missing_required_arguments_and_odd_call_types_get_the_tools_own_error()
         "{out}"
     );
 }
+
+/// The official `openai` Python SDK on each broken stream: a streamed chat completion raises
+/// `APIError`, the Responses stream helper raises (no `response.completed`), and the
+/// non-streamed requests raise the status errors 502 / 504.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_python_sdk_raises_on_every_broken_stream() {
+    let Some(py) = crate::suite::python_sdk::python_with_sdk() else {
+        return;
+    };
+    let shapes = broken_streams();
+    let rounds: Vec<Value> = shapes
+        .iter()
+        .flat_map(|(_, round, _, _)| std::iter::repeat_n(round.clone(), 4))
+        .collect();
+    let s = TestServer::builder()
+        .config("[upstream]\nmax_retries = 0\nidle_timeout_secs = 0.5\n")
+        .script(json!({"rounds": rounds}))
+        .start()
+        .await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/sdk_broken.py");
+    let out = tokio::process::Command::new(&py)
+        .arg(script)
+        .arg(s.url("/v1"))
+        .arg(shapes.len().to_string())
+        .env("NO_PROXY", "127.0.0.1")
+        .output()
+        .await
+        .unwrap();
+    s.mock().release();
+    assert!(
+        out.status.success(),
+        "the SDK script failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for ((shape, _, status, words), got) in shapes.iter().zip(v.as_array().unwrap()) {
+        let stream = &got["chat_stream"];
+        assert_eq!(stream["class"], "APIError", "{shape}: {got}");
+        assert!(
+            stream["message"].as_str().unwrap().contains(words),
+            "{shape}: {got}"
+        );
+        assert!(
+            got["chat_stream_text"]
+                .as_str()
+                .unwrap()
+                .starts_with("partial"),
+            "{shape}: {got}"
+        );
+        assert_eq!(got["chat"]["status"], *status, "{shape}: {got}");
+        assert_eq!(
+            got["responses_stream"]["class"], "RuntimeError",
+            "{shape}: {got}"
+        );
+        assert_eq!(
+            got["responses_stream_last_event"], "response.failed",
+            "{shape}: {got}"
+        );
+        assert_eq!(got["responses"]["status"], *status, "{shape}: {got}");
+    }
+}
