@@ -122,6 +122,7 @@ fn the_example_config_loads_and_documents_every_key() {
         "search_exclude",
         "search_timeout_secs",
         "git_timeout_secs",
+        "call_timeout_secs",
         "command_writes",
         "deny",
         "ask",

@@ -50,6 +50,9 @@ impl SeenFiles {
 /// Applies an edit with the upstream model when the deterministic paths cannot. Implemented
 /// by the agent (tools make no HTTP calls themselves).
 pub trait ApplyModel: Send + Sync {
+    /// The longest an apply may take (the upstream's own total timeout): it extends the
+    /// deadline of `edit_existing_file`.
+    fn timeout(&self) -> std::time::Duration;
     fn apply(
         &self,
         path: String,
@@ -260,6 +263,12 @@ pub(crate) fn create(
              single_find_and_replace or multi_edit to change it."
         ))
     };
+    if let Some(kind) = ws.special_kind(path) {
+        return Err(ToolError::Failed(format!(
+            "{raw} already exists and is {kind}, not a regular file; nothing was written. \
+             Choose another path."
+        )));
+    }
     if ws.version(path).is_some() || ws.is_dir(path) {
         return Err(exists());
     }
@@ -432,6 +441,10 @@ impl Tool for SearchAndReplaceInFile {
 impl Tool for EditExistingFile {
     fn name(&self) -> &'static str {
         "edit_existing_file"
+    }
+    fn deadline(&self, env: &ToolEnv) -> std::time::Duration {
+        // An edit the model applies waits for an upstream round.
+        env.config.call_timeout + env.apply.as_ref().map(|a| a.timeout()).unwrap_or_default()
     }
     fn description(&self) -> &'static str {
         include_str!("descriptions/edit_existing_file.md")

@@ -130,6 +130,11 @@ pub trait Tool: Send + Sync {
     fn read_only(&self) -> bool;
     /// Checks the arguments and resolves paths; returns the targets and the work to do.
     fn prepare(&self, args: &args::Args, env: &ToolEnv) -> Result<Invocation, ToolError>;
+    /// How long a call may run before it is abandoned and the model told
+    /// (`tools.call_timeout_secs`, unless the tool has a longer limit of its own).
+    fn deadline(&self, env: &ToolEnv) -> std::time::Duration {
+        env.config.call_timeout
+    }
 }
 
 /// The spec sent upstream for a tool, in the OpenAI shape.

@@ -482,8 +482,20 @@ impl Registry {
             }
             Decision::Allow { .. } => {}
         }
+        let deadline = tool.deadline(env);
         let result = tokio::select! {
-            r = GRANT.scope(grant, invocation.job) => r,
+            r = tokio::time::timeout(deadline, GRANT.scope(grant, invocation.job)) => match r {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!(tool = name, call_id = %call.id, secs = deadline.as_secs_f64(), "a tool call hit its deadline");
+                    Err(ToolError::Failed(format!(
+                        "it did not finish within its deadline of {} s and was abandoned; \
+                         whatever it was doing may be incomplete. Try a narrower call, or tell \
+                         the user what you were waiting for.",
+                        deadline.as_secs_f64(),
+                    )))
+                }
+            },
             _ = env.cancel.cancelled() => Err(ToolError::Failed("cancelled".into())),
         };
         match result {

@@ -164,12 +164,13 @@ impl Tool for RequestRule {
                 .map(|r| format!("\"{}\"", r.name))
                 .collect();
             return Err(ToolError::Failed(format!(
-                "Rule with name \"{name}\" not found or has no file path. Rules you can request: {}.",
+                "Rule with name \"{name}\" not found or has no file path. Rules you can request: {}.{}",
                 if names.is_empty() {
                     "none".into()
                 } else {
                     names.join(", ")
-                }
+                },
+                skipped_note(&snap.rules.warnings, name.trim())
             )));
         };
         let targets = match &rule.origin {
@@ -218,12 +219,13 @@ impl Tool for ReadSkill {
         let Some(skill) = snap.skills.find(&wanted) else {
             let names: Vec<&str> = snap.skills.skills.iter().map(|s| s.name.as_str()).collect();
             return Err(ToolError::Failed(format!(
-                "Skill \"{wanted}\" not found. Available skills: {}",
+                "Skill \"{wanted}\" not found. Available skills: {}{}",
                 if names.is_empty() {
                     "none".into()
                 } else {
                     names.join(", ")
-                }
+                },
+                skipped_note(&snap.skills.warnings, wanted.trim())
             )));
         };
         let targets = if skill.in_workspace {
@@ -242,5 +244,21 @@ impl Tool for ReadSkill {
             targets,
             job: Box::pin(std::future::ready(Ok(text))),
         })
+    }
+}
+
+/// What loading said about files that name `wanted` (a skill's folder, a rule's file that
+/// is a named pipe or has bad front matter): the reason it is missing, when there is one.
+fn skipped_note(warnings: &[String], wanted: &str) -> String {
+    let hits: Vec<&str> = warnings
+        .iter()
+        .filter(|w| !wanted.is_empty() && w.contains(wanted))
+        .take(5)
+        .map(String::as_str)
+        .collect();
+    if hits.is_empty() {
+        String::new()
+    } else {
+        format!(" Not loaded: {}.", hits.join("; "))
     }
 }

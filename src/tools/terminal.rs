@@ -35,6 +35,11 @@ impl Tool for RunTerminalCommand {
     fn name(&self) -> &'static str {
         "run_terminal_command"
     }
+    fn deadline(&self, env: &ToolEnv) -> std::time::Duration {
+        // The command has its own time limit (it is stopped and its output returned then);
+        // the snapshots and the guard around it get the usual call deadline on top.
+        env.terminal.config.timeout + env.config.call_timeout
+    }
     fn description(&self) -> &'static str {
         include_str!("descriptions/run_terminal_command.md")
     }

@@ -396,3 +396,180 @@ async fn the_openai_python_sdk_raises_on_every_broken_stream() {
         assert_eq!(got["responses"]["status"], *status, "{shape}: {got}");
     }
 }
+
+fn mkfifo(path: &std::path::Path) {
+    let ok = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "mkfifo {}", path.display());
+}
+
+/// A FIFO, a socket and (where the test may create one) a device that never ends, in the
+/// workspace, and every tool that opens or walks files pointed at them: each says what the
+/// thing is, and none blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_pipes_sockets_and_devices_are_named_and_never_block_a_tool() {
+    let builder = TestServer::builder()
+        .file("a.txt", "hello\n")
+        .file(
+            ".continue/rules/real.md",
+            "---\nname: real\ndescription: how to answer\nalwaysApply: false\n---\nBe brief.\n",
+        )
+        .config("[policy]\nallow = [\"create_new_file\", \"single_find_and_replace\"]\n");
+    // The server is started over the directory the special files are in: rules and skills
+    // are read at the start of every run.
+    let s = builder
+        .script(calls_script(&[("ls", json!({}))]))
+        .start()
+        .await;
+    let ws = s.ws.clone();
+    std::fs::create_dir_all(ws.join(".continue/skills/odd")).unwrap();
+    mkfifo(&ws.join("pipe"));
+    mkfifo(&ws.join(".continue/rules/pipe.md"));
+    mkfifo(&ws.join(".continue/skills/odd/SKILL.md"));
+    let _socket = std::os::unix::net::UnixListener::bind(ws.join("sock")).unwrap();
+    // /dev/zero's numbers: a read never ends. Creating a device needs CAP_MKNOD.
+    let device = std::process::Command::new("mknod")
+        .arg(ws.join("zero"))
+        .args(["c", "1", "5"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !device {
+        eprintln!(
+            "cannot create a device node here (needs CAP_MKNOD): the device cases are left out"
+        );
+    }
+    assert!(
+        std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&ws)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let dir = std::sync::Arc::clone(&s.dir);
+    drop(s);
+
+    let mut calls = vec![
+        ("read_file", json!({"filepath": "pipe"})),
+        ("read_file", json!({"filepath": "sock"})),
+        (
+            "read_file_range",
+            json!({"filepath": "pipe", "startLine": 1, "endLine": 2}),
+        ),
+        ("grep_search", json!({"query": "hello"})),
+        ("file_glob_search", json!({"pattern": "*"})),
+        ("ls", json!({"dirPath": "."})),
+        ("ls", json!({"dirPath": "pipe"})),
+        ("view_subdirectory", json!({"directory_path": "sock"})),
+        ("view_repo_map", json!({})),
+        ("codebase", json!({"query": "hello"})),
+        ("view_diff", json!({})),
+        ("request_rule", json!({"name": "pipe"})),
+        ("read_skill", json!({"skillName": "odd"})),
+        (
+            "create_new_file",
+            json!({"filepath": "pipe", "contents": "x"}),
+        ),
+        (
+            "single_find_and_replace",
+            json!({"filepath": "pipe", "old_string": "a", "new_string": "b"}),
+        ),
+    ];
+    if device {
+        calls.push(("read_file", json!({"filepath": "zero"})));
+        calls.push(("grep_search", json!({"query": "never-there"})));
+    }
+    let s = TestServer::builder()
+        .reuse_dir(dir)
+        .yes()
+        .config("[policy.tools]\nrequest_rule = \"allow\"\n")
+        .script(calls_script(&calls))
+        .start()
+        .await;
+    let r = tokio::time::timeout(std::time::Duration::from_secs(60), s.chat(ask("go")))
+        .await
+        .expect("a tool blocked on a special file");
+    assert_eq!(r.status, 200, "{}", r.text);
+    let out = collected(&s, calls.len());
+    let fifo = "is a named pipe (FIFO), not a regular file";
+    assert!(out[0].contains(fifo), "{}", out[0]);
+    assert!(
+        out[1].contains("is a socket, not a regular file"),
+        "{}",
+        out[1]
+    );
+    assert!(out[2].contains(fifo), "{}", out[2]);
+    assert!(out[3].contains("a.txt"), "{}", out[3]);
+    assert!(
+        out[4].contains("a.txt") && !out[4].contains("pipe"),
+        "{}",
+        out[4]
+    );
+    assert!(
+        out[5].contains("pipe  [a named pipe (FIFO)]") && out[5].contains("sock  [a socket]"),
+        "{}",
+        out[5]
+    );
+    assert!(
+        out[6].contains("is a named pipe (FIFO), not a directory"),
+        "{}",
+        out[6]
+    );
+    assert!(
+        out[7].contains("is a socket, not a directory"),
+        "{}",
+        out[7]
+    );
+    assert!(out[8].contains("a.txt"), "{}", out[8]);
+    assert!(!out[9].contains("failed"), "{}", out[9]);
+    assert!(!out[10].contains("failed"), "{}", out[10]);
+    assert!(
+        out[11].contains(".continue/rules/pipe.md was skipped: it is a named pipe (FIFO)"),
+        "{}",
+        out[11]
+    );
+    assert!(
+        out[12].contains(".continue/skills/odd/SKILL.md was skipped: it is a named pipe (FIFO)"),
+        "{}",
+        out[12]
+    );
+    assert!(
+        out[13].contains("already exists and is a named pipe (FIFO)"),
+        "{}",
+        out[13]
+    );
+    assert!(out[14].contains(fifo), "{}", out[14]);
+    if device {
+        assert!(
+            out[15].contains("is a character device, not a regular file"),
+            "{}",
+            out[15]
+        );
+        assert!(out[16].contains("No matches"), "{}", out[16]);
+    }
+}
+
+/// A call still running at its deadline is abandoned and the model told; the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_past_its_deadline_is_abandoned_and_reported() {
+    // A web server that accepts and never answers (its own timeout, 30 s, is far away).
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/slow", silent.local_addr().unwrap());
+    let s = TestServer::builder()
+        .config(
+            "[policy]\nallow = [\"fetch_url_content\"]\n[web]\nallow = [\"127.0.0.1\"]\n\
+             [tools]\ncall_timeout_secs = 0.5\n",
+        )
+        .script(one_call("fetch_url_content", json!({"url": url})))
+        .start()
+        .await;
+    let out = run_tool(&s, "fetch_url_content").await;
+    assert!(
+        out.starts_with("fetch_url_content failed: it did not finish within its deadline of 0.5 s"),
+        "{out}"
+    );
+    drop(silent);
+}
