@@ -455,6 +455,7 @@ async fn search(o: &Opts, dir: &Path, tree: &Path) {
             id: "b".into(),
             name: name.into(),
             arguments: a.to_string(),
+            kind: None,
         };
         rt.block_on(
             engine
