@@ -943,10 +943,10 @@ pub fn verify_apply(original: &str, changes: &str, output: &str) -> Result<(), S
 fn unfence(s: &str) -> String {
     let t = s.trim();
     if let Some(rest) = t.strip_prefix("```") {
-        if let (Some(nl), true) = (rest.find('\n'), rest.ends_with("```")) {
-            let info = &rest[..nl];
+        let split = rest.split_once('\n');
+        if let (Some((info, after)), true) = (split, rest.ends_with("```")) {
             if !info.contains('`') {
-                let body = &rest[nl + 1..rest.len() - 3];
+                let body = after.strip_suffix("```").unwrap_or(after);
                 if !body.contains("\n```") {
                     return body.strip_suffix('\n').unwrap_or(body).to_string() + "\n";
                 }

@@ -224,8 +224,9 @@ impl Registry {
         let required = tools
             .iter()
             .map(|t| {
-                t.parameters()["required"]
-                    .as_array()
+                t.parameters()
+                    .get("required")
+                    .and_then(|r| r.as_array())
                     .into_iter()
                     .flatten()
                     .filter_map(|n| n.as_str().map(str::to_string))
@@ -245,8 +246,8 @@ impl Registry {
     /// Marks a tool as unavailable with this configuration: it is not offered, and a call
     /// gets `reason`.
     pub fn set_unavailable(&mut self, name: &str, reason: String) {
-        if let Some(i) = self.index.get(name) {
-            self.unavailable.insert(self.tools[*i].name(), reason);
+        if let Some(tool) = self.get(name) {
+            self.unavailable.insert(tool.name(), reason);
         }
     }
 
@@ -299,7 +300,8 @@ impl Registry {
 
     /// The tool toolpilot executes under this name, if any.
     pub fn get(&self, name: &str) -> Option<&dyn Tool> {
-        self.index.get(name).map(|&i| self.tools[i].as_ref())
+        let i = *self.index.get(name)?;
+        self.tools.get(i).map(|t| t.as_ref())
     }
 
     /// All executable tools, in offering order.

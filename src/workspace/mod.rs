@@ -8,6 +8,11 @@
 //! one between a check and an open, is refused by the kernel rather than by a string test.
 //! Nothing here decides *whether* an access is allowed; that is `policy`'s job.
 
+// Slicing a string or a slice at an unchecked index panics on input someone else chose (a
+// path of multi-byte characters, a short line): use `get`, `split_at_checked`, iterators or
+// the char-boundary helpers of `text` instead.
+#![cfg_attr(not(test), deny(clippy::string_slice, clippy::indexing_slicing))]
+
 pub mod names;
 pub mod nofollow;
 pub mod walk;
@@ -503,7 +508,7 @@ pub fn rel_under<'a>(root: &Path, abs: &'a Path) -> Option<&'a Path> {
     let rest = abs.strip_prefix(root)?;
     let rest = match rest.first() {
         None => rest,
-        Some(b'/') => &rest[1..],
+        Some(b'/') => rest.get(1..).unwrap_or_default(),
         // The root is `/` itself; otherwise the match stopped mid-name (`/ws` vs `/wsx`).
         Some(_) if root.ends_with(b"/") => rest,
         Some(_) => return None,
