@@ -284,6 +284,13 @@ mod tests {
         );
         assert!(!cut);
         assert_eq!(
+            below.special,
+            [(
+                Path::new("rules/pipe.md").to_path_buf(),
+                "a named pipe (FIFO)"
+            )]
+        );
+        assert_eq!(
             read_beneath(&fd, Path::new("rules/a.md"), 10).unwrap(),
             b"A"
         );
@@ -301,7 +308,7 @@ mod tests {
         ));
         assert!(matches!(
             read_beneath(&fd, Path::new("rules/pipe.md"), 10),
-            Err(ReadError::NotRegular("a named pipe"))
+            Err(ReadError::NotRegular("a named pipe (FIFO)"))
         ));
         assert!(matches!(
             read_beneath(&fd, Path::new("rules/a.md"), 0),
