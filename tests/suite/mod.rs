@@ -13,6 +13,7 @@ mod edit_corpus;
 mod edits;
 mod errors;
 mod faults;
+mod fuzz;
 mod lazy_edits;
 mod policy;
 mod progress;
