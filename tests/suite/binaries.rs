@@ -24,13 +24,23 @@ fn toolpilot_with_nofile(soft: u32) -> Command {
     isolated(sh)
 }
 
-/// The tests decide the configuration; nothing leaks in from the developer's shell.
+/// The tests decide the configuration; nothing leaks in from the developer's shell, and
+/// nothing leaks out: home, state folder (the default `--state-dir`) and working directory
+/// (the default `--workspace`) are a temporary folder of the test binary, not the
+/// developer's.
 fn isolated(mut c: Command) -> Command {
+    static HOME: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     for (k, _) in std::env::vars() {
         if k.starts_with("TOOLPILOT_") || k == "OPENAI_API_KEY" || k == "RUST_LOG" {
             c.env_remove(k);
         }
     }
+    let home = HOME
+        .get_or_init(|| tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap())
+        .path();
+    c.env("HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"))
+        .current_dir(home);
     c.kill_on_drop(true);
     c
 }
