@@ -76,6 +76,12 @@ impl ApiError {
             .with_code("run_cancelled")
     }
 
+    /// A run ended by the server's shutdown: 503.
+    pub fn shutting_down(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+            .with_code("server_shutting_down")
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }

@@ -29,6 +29,9 @@ pub struct ServerConfig {
     /// Runs go on when their client disconnects, and can be re-attached by id (a request's
     /// `x-toolpilot-detach` header overrides this).
     pub detach: bool,
+    /// On SIGTERM or SIGINT: how long runs in flight may go on before they are ended with an
+    /// error (no new connection is accepted meanwhile; a second signal exits at once).
+    pub shutdown_grace: Duration,
 }
 
 /// The admin token and where it came from.
@@ -129,6 +132,7 @@ pub(super) struct ServerFile {
     pub(super) keepalive_secs: Option<f64>,
     pub(super) progress: Option<String>,
     pub(super) detach: Option<bool>,
+    pub(super) shutdown_grace_secs: Option<f64>,
 }
 
 pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, ConfigError> {
@@ -166,5 +170,6 @@ pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, Conf
             }
         },
         detach: s.detach.unwrap_or(false),
+        shutdown_grace: secs("server.shutdown_grace_secs", s.shutdown_grace_secs, 10.0)?,
     })
 }

@@ -80,6 +80,7 @@ fn the_example_config_loads_and_documents_every_key() {
         "allowed_origins",
         "max_body_bytes",
         "keepalive_secs",
+        "shutdown_grace_secs",
         "progress",
         "detach",
         "models",
