@@ -693,7 +693,11 @@ async fn memory(o: &Opts, dir: &Path, ws: &Path) {
 
 fn snapshots(tree: &Path, dir: &Path) {
     println!("\n## 6. Workspace snapshots (checkpoints of commands)\n");
-    let shadow = toolpilot::checkpoint::tree::Shadow::new(&dir.join("snap"), tree);
+    let shadow = toolpilot::checkpoint::tree::Shadow::new(
+        &dir.join("snap"),
+        tree,
+        std::time::Duration::from_secs(3600),
+    );
     let t = Instant::now();
     let a = shadow.snapshot().unwrap();
     let first = t.elapsed();

@@ -48,7 +48,7 @@ pub struct Engine {
     /// What every run did (events, file, metrics).
     pub runs: Runs,
     /// Runs paused for an in-band approval.
-    pub pauses: PauseStore,
+    pub pauses: Arc<PauseStore>,
     /// Runs that go on without their client (`x-toolpilot-detach`).
     pub detached: detach::Detached,
     /// What is offered to the model when the client sends no `tools`, for the rules and
@@ -123,7 +123,11 @@ impl Engine {
             checkpoints.dir().to_path_buf(),
             policy.protected_paths().clone(),
         ));
-        let shadow = Shadow::new(checkpoints.dir(), workspace.root());
+        let shadow = Shadow::new(
+            checkpoints.dir(),
+            workspace.root(),
+            config.terminal.snapshot_timeout,
+        );
         let web = Arc::new(crate::web::Web::new(&config.web)?);
         let redactor = Arc::new(crate::redact::Redactor::new(&config.secrets));
         let mut registry = Registry::new(policy, policy_config);
@@ -152,7 +156,7 @@ impl Engine {
         pauses.sweep();
         Ok(Engine {
             detached: detach::Detached::default(),
-            pauses,
+            pauses: Arc::new(pauses),
             runs: Runs::new(checkpoints.dir(), true),
             handoffs: Handoffs::new(
                 config.approvals.handoff_max_age,
@@ -282,12 +286,12 @@ impl Engine {
             workspace: Arc::clone(&self.workspace),
             config: Arc::clone(&self.tools_config),
             current_file: None,
-            cancel,
             checkpoint: self.checkpoints.run(run_id, prompt),
             seen: Arc::default(),
             apply: None,
             terminal: Arc::clone(&self.terminal),
-            shadow: self.shadow.clone(),
+            shadow: self.shadow.for_run(cancel.clone()),
+            cancel,
             run_id: run_id.to_string(),
             web: Arc::clone(&self.web),
             redactor: Arc::clone(&self.redactor),

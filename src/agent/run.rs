@@ -178,7 +178,9 @@ impl Run<'_> {
     /// The run: set up, continue a paused run if this request answers one, then one turn
     /// after another until a turn ends the run; `Done` says how.
     pub(super) async fn run(&self, req: ChatRequest) -> Result<(), RunError> {
-        let mut st = self.setup(req)?;
+        // Rules and skills are files: refreshed on a blocking thread.
+        let snapshot = self.engine.prompt.refresh().await;
+        let mut st = self.setup(req, snapshot)?;
         let finish_reason = match self.resume(&mut st).await? {
             Some(reason) => reason,
             None => loop {
@@ -199,7 +201,11 @@ impl Run<'_> {
     /// What the run decides before its first round: the upstream (route), the tools offered,
     /// the tools' environment, the system message, and the conversation (a client sending the
     /// results of calls handed to it gets the rounds it did not see put back).
-    fn setup(&self, req: ChatRequest) -> Result<State, RunError> {
+    fn setup(
+        &self,
+        req: ChatRequest,
+        snapshot: Arc<crate::prompt::Snapshot>,
+    ) -> Result<State, RunError> {
         let engine = self.engine;
         let requested = engine
             .config
@@ -214,7 +220,6 @@ impl Run<'_> {
         if engine.upstreams.is_demo() {
             tracing::warn!("no upstream configured: the built-in demo model answers this run");
         }
-        let snapshot = engine.prompt.snapshot();
         let offer = Offer::new(engine, &req, &snapshot);
         let env = self.tool_env(&req, &route);
         // toolpilot's system message, recomputed per round (rules that start to apply join it).
@@ -280,7 +285,18 @@ impl Run<'_> {
     /// run says why and ends.
     async fn resume(&self, st: &mut State) -> Result<Option<&'static str>, RunError> {
         let engine = self.engine;
-        let (paused, reply) = match engine.pauses.take_for(&st.req.messages) {
+        // Reading and removing a saved pause is file work: on a blocking thread, and only
+        // when the conversation carries a pause's marker.
+        let found = if pause::answers_a_pause(&st.req.messages) {
+            let store = Arc::clone(&engine.pauses);
+            let messages = st.req.messages.clone();
+            tokio::task::spawn_blocking(move || store.take_for(&messages))
+                .await
+                .unwrap_or_else(|e| Some(Err(format!("reading the paused run failed: {e}"))))
+        } else {
+            None
+        };
+        let (paused, reply) = match found {
             None => return Ok(None),
             Some(Ok(pause)) => pause,
             Some(Err(why)) => {
@@ -297,9 +313,11 @@ impl Run<'_> {
         st.round_no = paused.round_no;
         if reply == (Reply::Approve { always: true }) {
             let rules: Vec<String> = paused.asks.iter().flat_map(|a| a.rules.clone()).collect();
-            let saved = engine
-                .approvals
-                .save_rules(&rules)
+            let approvals = Arc::clone(&engine.approvals);
+            let to_save = rules.clone();
+            let saved = tokio::task::spawn_blocking(move || approvals.save_rules(&to_save))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
                 .and_then(|()| engine.registry.allow(&rules));
             match saved {
                 Ok(()) => tracing::info!(?rules, "allow rules added by an in-band approval"),
@@ -547,7 +565,8 @@ impl Run<'_> {
         if asks.is_empty() {
             return Ok(false);
         }
-        let saved = engine.pauses.save(Paused {
+        let store = Arc::clone(&engine.pauses);
+        let paused = Paused {
             id: String::new(),
             run_id: self.opts.run_id.clone(),
             created_at: 0,
@@ -560,7 +579,11 @@ impl Run<'_> {
             asks,
             usage: st.usage,
             round_no: st.round_no,
-        });
+        };
+        // Written and synced to disk: on a blocking thread.
+        let saved = tokio::task::spawn_blocking(move || store.save(paused))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
         let (saved, question) = saved.map_err(|e| {
             RunError::Api(ApiError::internal(format!(
                 "a call needs approval, but the run could not be paused (saving its state \

@@ -124,6 +124,7 @@ fn the_example_config_loads_and_documents_every_key() {
         "search_timeout_secs",
         "git_timeout_secs",
         "call_timeout_secs",
+        "snapshot_timeout_secs",
         "command_writes",
         "deny",
         "ask",

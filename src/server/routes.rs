@@ -438,7 +438,17 @@ pub async fn answer_approval(
     };
     let always = matches!(verdict, Verdict::Approve { always: true });
     let engine = &state.engine;
-    match engine.approvals.answer(&id, verdict) {
+    // "Always" writes the rules file: on a blocking thread.
+    let approvals = std::sync::Arc::clone(&engine.approvals);
+    let answered = tokio::task::spawn_blocking(move || approvals.answer(&id, verdict)).await;
+    let answered = match answered {
+        Ok(a) => a,
+        Err(e) => {
+            return ApiError::internal(format!("answering the approval failed: {e}"))
+                .into_response();
+        }
+    };
+    match answered {
         Ok(info) => {
             let mut rules_added = Vec::new();
             if always {

@@ -322,15 +322,16 @@ impl Registry {
         self.get(name).is_some_and(|t| t.read_only())
     }
 
-    /// The tool's own checks, after the arguments its schema requires are there: a call
-    /// without one is refused here, whatever the tool would have made of it (an empty file
-    /// for `create_new_file` without `contents`).
+    /// The tool's own checks (its messages say best what it needs), then the arguments its
+    /// schema requires: a call without one is refused here, whatever the tool would have made
+    /// of it (an empty file for `create_new_file` without `contents`).
     fn prepare(
         &self,
         tool: &dyn Tool,
         args: &Args,
         env: &ToolEnv,
     ) -> Result<super::Invocation, ToolError> {
+        let invocation = tool.prepare(args, env)?;
         let required = self
             .index
             .get(tool.name())
@@ -353,7 +354,7 @@ impl Registry {
                 )
             }));
         }
-        tool.prepare(args, env)
+        Ok(invocation)
     }
 
     /// What the policy would decide for a call, without running it (`None` when the call is

@@ -101,7 +101,8 @@ impl Tool for CreateRuleBlock {
                     )));
                 }
                 super::edit::create(&env, &path, &rel, &text)?;
-                env.prompt.invalidate();
+                // On the job's blocking thread: the next run and this run's tools see it.
+                env.prompt.reload();
                 let when = match parsed.kind() {
                     crate::prompt::rules::Kind::Always => {
                         "it is added to every request".to_string()
@@ -156,7 +157,7 @@ impl Tool for RequestRule {
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let name = args.string("name")?;
-        let snap = env.prompt.snapshot();
+        let snap = env.prompt.latest();
         let Some(rule) = snap.rules.find(name.trim()) else {
             let names: Vec<String> = snap
                 .rules
@@ -215,7 +216,7 @@ impl Tool for ReadSkill {
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let wanted = args.string("skillName")?;
-        let snap = env.prompt.snapshot();
+        let snap = env.prompt.latest();
         let Some(skill) = snap.skills.find(&wanted) else {
             let names: Vec<&str> = snap.skills.skills.iter().map(|s| s.name.as_str()).collect();
             return Err(ToolError::Failed(format!(
@@ -225,7 +226,10 @@ impl Tool for ReadSkill {
                 } else {
                     names.join(", ")
                 },
-                skipped_note(&snap.skills.warnings, wanted.trim())
+                match skipped_note(&snap.skills.warnings, wanted.trim()) {
+                    note if note.is_empty() => note,
+                    note => format!(".{note}"),
+                }
             )));
         };
         let targets = if skill.in_workspace {

@@ -299,7 +299,8 @@ async fn missing_required_arguments_and_odd_call_types_get_the_tools_own_error()
     assert!(!s.path("new.txt").exists(), "an empty file was created");
     assert!(out[1].contains("`endLine` is required"), "{}", out[1]);
     assert!(
-        out[2].contains("`old_string`, `new_string` are required"),
+        out[2].starts_with("single_find_and_replace was not run because its arguments are invalid")
+            && out[2].contains("old_string"),
         "{}",
         out[2]
     );
@@ -572,4 +573,45 @@ async fn a_tool_call_past_its_deadline_is_abandoned_and_reported() {
         "{out}"
     );
     drop(silent);
+}
+
+/// Detached runs go on without a client: at most 32 at once, then a new one is refused with
+/// a 429 that says how to make room; when one ends, another may start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detached_runs_in_flight_are_bounded() {
+    let s = TestServer::builder()
+        .config("[server]\ndetach = true\n")
+        .script(json!({"repeat_last": true, "rounds": [
+            {"text": "held answer", "chunk_size": 4, "hold_after": 3}
+        ]}))
+        .start()
+        .await;
+    let max = toolpilot::agent::detach::MAX_RUNNING;
+    let mut open = Vec::new();
+    for _ in 0..max {
+        let mut r = s.open_stream(ask("x")).await;
+        assert_eq!(r.status(), 200);
+        // Its first text came: the run is going (held by the mock).
+        r.chunk().await.unwrap().unwrap();
+        open.push(r);
+    }
+    drop(open);
+    let r = s.chat(ask("x")).await;
+    assert_eq!(r.status, 429, "{}", r.text);
+    assert_eq!(r.body["error"]["code"], "too_many_detached_runs");
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("POST /v1/runs/{id}/cancel"),
+        "{}",
+        r.text
+    );
+    s.mock().release();
+    let ok = eventually_async(|| async {
+        let r = s.chat(ask("x")).await;
+        r.status == 200
+    })
+    .await;
+    assert!(ok, "no detached run could start after the others ended");
 }
