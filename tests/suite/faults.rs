@@ -33,7 +33,7 @@ fn broken_streams() -> Vec<(&'static str, Value, u16, &'static str)> {
             "a stall longer than the idle timeout",
             json!({"text": "partial answer", "chunk_size": 4, "hold_after": 3}),
             504,
-            "did not send the next part of its answer within 0.5 s",
+            "did not send the next part of its answer within 2 s",
         ),
         (
             "an error object mid-stream",
@@ -45,9 +45,19 @@ fn broken_streams() -> Vec<(&'static str, Value, u16, &'static str)> {
     ]
 }
 
+/// A server whose upstream answers `round` every time, without retries. The idle timeout is
+/// 2 s for the stall (which holds until released) and a minute for the other shapes, so a slow
+/// machine never turns one shape into another.
 async fn broken_server(round: &Value) -> TestServer {
+    let idle = if round.get("hold_after").is_some() {
+        2
+    } else {
+        60
+    };
     TestServer::builder()
-        .config("[upstream]\nmax_retries = 0\nidle_timeout_secs = 0.5\n")
+        .config(&format!(
+            "[upstream]\nmax_retries = 0\nidle_timeout_secs = {idle}\n"
+        ))
         .script(json!({"repeat_last": true, "rounds": [round]}))
         .start()
         .await
@@ -351,7 +361,7 @@ async fn the_openai_python_sdk_raises_on_every_broken_stream() {
         .flat_map(|(_, round, _, _)| std::iter::repeat_n(round.clone(), 4))
         .collect();
     let s = TestServer::builder()
-        .config("[upstream]\nmax_retries = 0\nidle_timeout_secs = 0.5\n")
+        .config("[upstream]\nmax_retries = 0\nidle_timeout_secs = 2\n")
         .script(json!({"rounds": rounds}))
         .start()
         .await;
