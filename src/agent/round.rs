@@ -44,7 +44,8 @@ impl Run<'_> {
         };
         // toolpilot's system message (rules, workspace) goes into this request only, never
         // into the conversation the run keeps.
-        let block = run_prompt.block(&self.engine.workspace, messages);
+        let block = self.system_block(run_prompt, messages).await;
+        let block = block.as_deref();
         let block_bytes = block.map_or(0, str::len);
         let window = route.endpoint.context_window(&route.model).await;
         let limit = match (window, ctx.limit) {
@@ -108,6 +109,36 @@ impl Run<'_> {
             hints: Hints {
                 num_ctx: ctx.num_ctx,
             },
+        }
+    }
+
+    /// toolpilot's system message for this round. Auto-attached rules look at the files the
+    /// run touched (their metadata, and the text a regex rule matches): that is done on a
+    /// blocking thread, with copies of the run's prompt state and conversation.
+    async fn system_block(
+        &self,
+        run_prompt: &mut crate::prompt::RunPrompt,
+        messages: &[Value],
+    ) -> Option<String> {
+        let ws = &self.engine.workspace;
+        if !run_prompt.reads_files() {
+            return run_prompt.block(ws, messages).map(str::to_string);
+        }
+        let mut rp = run_prompt.clone();
+        let ws = Arc::clone(ws);
+        let conversation = messages.to_vec();
+        let work = tokio::task::spawn_blocking(move || {
+            let block = rp.block(&ws, &conversation).map(str::to_string);
+            (rp, block)
+        });
+        match work.await {
+            Ok((rp, block)) => {
+                *run_prompt = rp;
+                block
+            }
+            Err(_) => run_prompt
+                .block(&self.engine.workspace, messages)
+                .map(str::to_string),
         }
     }
 

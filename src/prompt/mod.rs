@@ -263,6 +263,7 @@ fn top_level(ws: &Workspace, max: usize) -> (Vec<String>, usize) {
 }
 
 /// The system message of one run, recomputed per round from the conversation.
+#[derive(Clone)]
 pub struct RunPrompt {
     snapshot: Arc<Snapshot>,
     config: PromptConfig,
@@ -303,6 +304,12 @@ impl RunPrompt {
     /// The system text for the next round, given the conversation so far; `None` when the
     /// system message is off. Rules already in the client's system message (Continue applies
     /// the same files itself) are not repeated.
+    /// Whether [`RunPrompt::block`] looks at files (the touched files, for auto-attached
+    /// rules): then it belongs on a blocking thread.
+    pub fn reads_files(&self) -> bool {
+        self.config.system_message && self.snapshot.has_auto_attached
+    }
+
     pub fn block(&mut self, ws: &Workspace, messages: &[Value]) -> Option<&str> {
         if !self.config.system_message {
             return None;
