@@ -265,6 +265,7 @@ fn run_tool(
         id: "b".into(),
         name: name.into(),
         arguments: args.to_string(),
+        kind: None,
     };
     rt.block_on(
         engine

@@ -76,6 +76,9 @@ pub struct Approvals {
     /// When someone last listed the waiting calls: with `approvals.mode = "auto"`, a run
     /// waits for an approval only while someone follows them (or its client shows them).
     last_followed: Mutex<Option<std::time::Instant>>,
+    /// Held while the rules file is read, extended and written back, so two "always"
+    /// answers at once keep both rules.
+    rules_lock: Mutex<()>,
 }
 
 /// A registered wait; dropping it withdraws the call from the list.
@@ -124,6 +127,7 @@ impl Approvals {
             pending: Mutex::default(),
             rules_file: state_dir.join("approved-rules.toml"),
             last_followed: Mutex::default(),
+            rules_lock: Mutex::default(),
         }
     }
 
@@ -164,8 +168,10 @@ impl Approvals {
         }
     }
 
-    /// Appends rules to the saved ones (atomically: temporary file, then rename).
+    /// Appends rules to the saved ones, under the rules lock, written atomically and for the
+    /// owner only ([`crate::private_file::write`]). File work: call it off the async threads.
     pub fn save_rules(&self, rules: &[String]) -> Result<(), String> {
+        let _held = self.rules_lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut all = self.saved_rules()?;
         for r in rules {
             if !all.contains(r) {
@@ -177,11 +183,7 @@ impl Approvals {
              # policy.allow in the config). Delete a line to take it back.\n{}",
             toml::to_string(&RulesFile { allow: all }).map_err(|e| e.to_string())?
         );
-        let dir = self.rules_file.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        let tmp = self.rules_file.with_extension("toml.tmp");
-        std::fs::write(&tmp, text).map_err(|e| e.to_string())?;
-        std::fs::rename(&tmp, &self.rules_file).map_err(|e| e.to_string())
+        crate::private_file::write(&self.rules_file, text.as_bytes()).map_err(|e| e.to_string())
     }
 
     /// Registers a call that waits for approval.

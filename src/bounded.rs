@@ -16,8 +16,8 @@ use std::path::Path;
 pub enum CappedError {
     #[error("it is larger than {} bytes", crate::text::group(*cap))]
     TooLarge { cap: u64 },
-    #[error("it is not a regular file (a folder, FIFO, socket or device)")]
-    NotAFile,
+    #[error("it is {0}, not a regular file")]
+    NotAFile(&'static str),
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -59,10 +59,34 @@ pub fn open_regular(path: &Path, links: Links) -> Result<File, CappedError> {
         .read(true)
         .custom_flags(flags.bits() as i32)
         .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(CappedError::NotAFile);
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(CappedError::NotAFile(file_kind(kind)));
     }
     Ok(file)
+}
+
+/// What a file of this type is, in words for a message: "a named pipe (FIFO)", "a socket", …
+/// Readers say this when they refuse something that is not a regular file.
+pub fn file_kind(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_file() {
+        "a regular file"
+    } else if t.is_dir() {
+        "a folder"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_fifo() {
+        "a named pipe (FIFO)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "a special file"
+    }
 }
 
 /// The whole of a regular file, if it is at most `cap` bytes (the size is checked before the
@@ -189,13 +213,17 @@ mod tests {
                 .unwrap()
                 .success()
         );
-        assert!(matches!(
-            read_file(&fifo, 10, Links::Follow),
-            Err(CappedError::NotAFile)
-        ));
+        assert_eq!(
+            read_file(&fifo, 10, Links::Follow).unwrap_err().to_string(),
+            "it is a named pipe (FIFO), not a regular file"
+        );
         assert!(matches!(
             read_file(tmp.path(), 10, Links::Follow),
-            Err(CappedError::NotAFile)
+            Err(CappedError::NotAFile("a folder"))
+        ));
+        assert!(matches!(
+            read_file(Path::new("/dev/null"), 10, Links::Follow),
+            Err(CappedError::NotAFile("a character device"))
         ));
         let file = tmp.path().join("f");
         std::fs::write(&file, "0123456789a").unwrap();

@@ -22,6 +22,8 @@ pub struct ApiError {
     pub kind: &'static str,
     pub param: Option<String>,
     pub code: Option<&'static str>,
+    /// Whole seconds for a `Retry-After` header (a rate limit passed on).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -32,6 +34,7 @@ impl ApiError {
             kind,
             param: None,
             code: None,
+            retry_after: None,
         }
     }
 
@@ -71,6 +74,12 @@ impl ApiError {
     pub fn cancelled(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::CONFLICT, "invalid_request_error", message)
             .with_code("run_cancelled")
+    }
+
+    /// A run ended by the server's shutdown: 503.
+    pub fn shutting_down(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+            .with_code("server_shutting_down")
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
@@ -115,6 +124,7 @@ impl From<RequestError> for ApiError {
             kind: "invalid_request_error",
             param: e.param,
             code: e.code,
+            retry_after: None,
         }
     }
 }
@@ -125,9 +135,22 @@ impl From<&UpstreamError> for ApiError {
     fn from(e: &UpstreamError) -> ApiError {
         let message = e.to_string();
         match e {
-            UpstreamError::Status { status: 429, .. } => {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
-                    .with_code("upstream_rate_limited")
+            UpstreamError::Status {
+                status: 429,
+                retry_after,
+                ..
+            } => {
+                // Rounded up: a client that waits what it is told is not refused again.
+                let secs = retry_after.map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
+                let message = match secs {
+                    Some(n) => format!("{message} (the upstream asks to retry after {n} s)"),
+                    None => message,
+                };
+                ApiError {
+                    retry_after: secs,
+                    ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+                        .with_code("upstream_rate_limited")
+                }
             }
             UpstreamError::Status { status, .. } if matches!(*status, 400 | 404 | 413 | 422) => {
                 let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -168,6 +191,12 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response();
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(secs),
+            );
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,

@@ -264,34 +264,93 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
             tracing::warn!("commands: {w}");
         }
     }
-    let result = server::serve(listener, state, shutdown_signal()).await;
+    let mut signals =
+        Signals::new().map_err(|e| format!("cannot listen for SIGTERM and SIGINT: {e}"))?;
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let grace = config.server.shutdown_grace;
+    let watched = Arc::clone(&engine_runs);
+    tokio::spawn(async move {
+        signals.next().await;
+        tracing::info!(
+            runs = watched.live_runs(),
+            "shutting down: no new connections are accepted; the runs in flight have {} s to \
+             finish (server.shutdown_grace_secs). A second signal exits at once",
+            grace.as_secs_f64()
+        );
+        let _ = first_tx.send(());
+        tokio::select! {
+            _ = watched.runs_finished() => {}
+            _ = tokio::time::sleep(grace) => {
+                tracing::warn!(
+                    runs = watched.live_runs(),
+                    "the shutdown grace period is over: ending the runs still going"
+                );
+                watched.stop_runs();
+            }
+            _ = signals.next() => exit_now(&watched),
+        }
+        // Every run has ended and told its client; a client that does not read the end of its
+        // response does not keep the server up for more than a moment.
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {
+                let _ = done_tx.send(());
+            }
+            _ = signals.next() => exit_now(&watched),
+        }
+    });
+    let serve = server::serve(listener, state, async {
+        let _ = first_rx.await;
+    });
+    let result = tokio::select! {
+        r = serve => r,
+        Ok(()) = done_rx => {
+            tracing::warn!("closing the connections of clients that did not read their answer");
+            Ok(())
+        }
+    };
     // Background jobs die with the server.
     engine_terminal.jobs.shutdown().await;
-    // The run recorder writes periodically: write the last events now.
+    // The run recorder writes periodically: write the last events now. (Paused runs are
+    // written, synced, when they pause.)
     engine_runs.runs.flush();
+    tracing::info!("stopped");
     result.map_err(|e| format!("server error: {e}"))
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+/// SIGTERM and SIGINT, as one stream of "stop" requests.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
-    tracing::info!("shutting down: finishing in-flight requests");
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+/// The second signal: the run records are written and the process exits now. The commands'
+/// supervisors get SIGTERM from the kernel when it does (their parent-death signal) and end
+/// their process trees.
+fn exit_now(engine: &Engine) -> ! {
+    tracing::warn!(
+        runs = engine.live_runs(),
+        "second signal: exiting now without waiting for the runs in flight"
+    );
+    engine.runs.flush();
+    std::process::exit(130)
 }
 
 async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {

@@ -88,6 +88,10 @@ pub struct ToolCall {
     pub name: String,
     /// The raw arguments string as the model produced it (`"{}"` when it sent none).
     pub arguments: String,
+    /// The call's `type` when it is not `function` (a type toolpilot does not run: the model
+    /// is told so in the tool message). `None` for a function call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 impl ToolCall {

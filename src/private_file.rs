@@ -1,9 +1,12 @@
 //! Files in the state folder that only the person who runs toolpilot may read: the admin
-//! token, the key that signs paused approvals, the paused runs themselves.
+//! token, the key that signs paused approvals, the paused runs themselves, the saved "always
+//! allow" rules, the checkpoints and the codebase index's manifest. This is the one atomic
+//! write of the crate.
 //!
 //! Each is written under a new name with mode 0600 from the start (never readable by others,
 //! not even for a moment), synced, then renamed over the old one, so a reader sees the old file
-//! or the new one, never half of one.
+//! or the new one, never half of one. Two writers of the same file never share a temporary
+//! name; a read-modify-write of one file needs a lock of its owner's.
 
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;

@@ -462,6 +462,7 @@ async fn search(o: &Opts, dir: &Path, tree: &Path) {
             id: "b".into(),
             name: name.into(),
             arguments: a.to_string(),
+            kind: None,
         };
         rt.block_on(
             engine
@@ -709,7 +710,11 @@ async fn memory(o: &Opts, dir: &Path, ws: &Path) {
 
 fn snapshots(tree: &Path, dir: &Path) {
     println!("\n## 6. Workspace snapshots (checkpoints of commands)\n");
-    let shadow = toolpilot::checkpoint::tree::Shadow::new(&dir.join("snap"), tree);
+    let shadow = toolpilot::checkpoint::tree::Shadow::new(
+        &dir.join("snap"),
+        tree,
+        std::time::Duration::from_secs(3600),
+    );
     let t = Instant::now();
     let a = shadow.snapshot().unwrap();
     let first = t.elapsed();

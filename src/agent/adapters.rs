@@ -19,6 +19,14 @@ complete new file: the original with the changes applied, every unchanged line k
 is, no placeholder comments left. Output only the file, in one fenced code block, and nothing else.";
 
 impl ApplyModel for UpstreamApply {
+    fn timeout(&self) -> Duration {
+        self.route
+            .endpoint
+            .cfg
+            .as_ref()
+            .map_or(Duration::from_secs(1800), |c| c.total_timeout)
+    }
+
     fn apply(
         &self,
         path: String,

@@ -19,6 +19,9 @@ use super::{RunEvent, RunHandle};
 const MAX_EVENTS: usize = 100_000;
 /// Finished runs kept for re-attaching.
 const KEEP_FINISHED: usize = 64;
+/// Most detached runs going at once: each holds an upstream stream and maybe commands, and
+/// nobody waits for it, so a client could otherwise start them without end.
+pub const MAX_RUNNING: usize = 32;
 const KEEP_FOR: Duration = Duration::from_secs(600);
 
 #[derive(Default)]
@@ -164,6 +167,22 @@ impl Detached {
             order.retain(|id| map.contains_key(id));
         }
         ReplayReader { replay, pos: 0 }
+    }
+
+    /// Whether another detached run may start (see [`MAX_RUNNING`]); the error says why not.
+    pub fn room(&self) -> Result<(), String> {
+        let running = self
+            .runs
+            .lock()
+            .map_or(0, |r| r.0.values().filter(|r| !r.is_done()).count());
+        if running >= MAX_RUNNING {
+            return Err(format!(
+                "{running} detached runs are still going, the most toolpilot keeps at once; \
+                 wait for one to end, or cancel one with POST /v1/runs/{{id}}/cancel, and send \
+                 the request again (or without x-toolpilot-detach)"
+            ));
+        }
+        Ok(())
     }
 
     /// A reader from the start of a detached run's events.

@@ -48,7 +48,7 @@ pub struct Engine {
     /// What every run did (events, file, metrics).
     pub runs: Runs,
     /// Runs paused for an in-band approval.
-    pub pauses: PauseStore,
+    pub pauses: Arc<PauseStore>,
     /// Runs that go on without their client (`x-toolpilot-detach`).
     pub detached: detach::Detached,
     /// What is offered to the model when the client sends no `tools`, for the rules and
@@ -63,6 +63,34 @@ pub struct Engine {
     pub web: Arc<crate::web::Web>,
     /// Redacts secrets from every tool result.
     pub redactor: Arc<crate::redact::Redactor>,
+    /// Cancelled when the server's shutdown grace period ends: every run still going ends
+    /// with an error (see [`Engine::stop_runs`]).
+    stopping: CancellationToken,
+    /// The runs not yet ended (attached or detached), to know when a shutdown may finish.
+    live: Arc<Live>,
+}
+
+/// A count of the runs in flight, and a wake-up when it drops to zero.
+#[derive(Default)]
+struct Live {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// Held by a run while it is in flight.
+pub(super) struct LiveRun(Arc<Live>);
+
+impl Drop for LiveRun {
+    fn drop(&mut self) {
+        if self
+            .0
+            .count
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 impl Engine {
@@ -95,7 +123,11 @@ impl Engine {
             checkpoints.dir().to_path_buf(),
             policy.protected_paths().clone(),
         ));
-        let shadow = Shadow::new(checkpoints.dir(), workspace.root());
+        let shadow = Shadow::new(
+            checkpoints.dir(),
+            workspace.root(),
+            config.terminal.snapshot_timeout,
+        );
         let web = Arc::new(crate::web::Web::new(&config.web)?);
         let redactor = Arc::new(crate::redact::Redactor::new(&config.secrets));
         let mut registry = Registry::new(policy, policy_config);
@@ -124,7 +156,7 @@ impl Engine {
         pauses.sweep();
         Ok(Engine {
             detached: detach::Detached::default(),
-            pauses,
+            pauses: Arc::new(pauses),
             runs: Runs::new(checkpoints.dir(), true),
             handoffs: Handoffs::new(
                 config.approvals.handoff_max_age,
@@ -144,7 +176,40 @@ impl Engine {
             workspace,
             upstreams,
             config,
+            stopping: CancellationToken::new(),
+            live: Arc::default(),
         })
+    }
+
+    /// Ends every run in flight (and any started from now on) with an error that says the
+    /// server is shutting down: their futures are dropped, which stops their tools and kills
+    /// their commands' process trees, and their clients get the error (an `error` event, a
+    /// `response.failed`, or a 503).
+    pub fn stop_runs(&self) {
+        self.stopping.cancel();
+    }
+
+    /// How many runs are in flight (attached to a client or detached).
+    pub fn live_runs(&self) -> usize {
+        self.live.count.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits until no run is in flight.
+    pub async fn runs_finished(&self) {
+        loop {
+            let idle = self.live.idle.notified();
+            if self.live_runs() == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    fn live_run(&self) -> LiveRun {
+        self.live
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        LiveRun(Arc::clone(&self.live))
     }
 
     /// Starts a run in the background.
@@ -163,7 +228,10 @@ impl Engine {
             opts.live,
             req.messages.len(),
         );
+        let live = self.live_run();
+        let stopping = self.stopping.clone();
         let driver = async move {
+            let _live = live;
             let run = Run {
                 engine: &engine,
                 opts: &opts,
@@ -171,7 +239,12 @@ impl Engine {
                 cancel: &token,
                 started,
             };
-            match run.run(req).await {
+            let result = tokio::select! {
+                r = run.run(req) => r,
+                // The shutdown's grace period is over: the run's future is dropped here.
+                _ = stopping.cancelled() => Err(RunError::Api(shutting_down())),
+            };
+            match result {
                 Ok(()) => {}
                 Err(RunError::ClientGone) => {
                     engine.runs.end(
@@ -213,12 +286,12 @@ impl Engine {
             workspace: Arc::clone(&self.workspace),
             config: Arc::clone(&self.tools_config),
             current_file: None,
-            cancel,
             checkpoint: self.checkpoints.run(run_id, prompt),
             seen: Arc::default(),
             apply: None,
             terminal: Arc::clone(&self.terminal),
-            shadow: self.shadow.clone(),
+            shadow: self.shadow.for_run(cancel.clone()),
+            cancel,
             run_id: run_id.to_string(),
             web: Arc::clone(&self.web),
             redactor: Arc::clone(&self.redactor),
@@ -282,4 +355,13 @@ pub(super) fn last_user_text(messages: &[Value]) -> String {
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
         .map(|m| crate::text::content_text(m.get("content"), " "))
         .unwrap_or_default()
+}
+
+/// The error of a run ended by the server's shutdown.
+fn shutting_down() -> ApiError {
+    ApiError::shutting_down(
+        "the server is shutting down: this run was still going when its grace period \
+         (server.shutdown_grace_secs) ended, so it was stopped and its commands killed; \
+         what it did so far stays done. Send the request again when the server is back",
+    )
 }

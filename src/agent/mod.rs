@@ -18,7 +18,8 @@
 //! loop and its steps, tool execution), `round.rs` (one round: request, retries, streaming),
 //! `offer.rs` (which tools run here, which are the client's), `approvers.rs` (how a run
 //! resolves an `ask`), `adapters.rs` (the upstream behind the tools' `ApplyModel` and
-//! `Embedder`), `context.rs`, `textmode.rs`, `pause.rs`, `handoff.rs`, `detach.rs`.
+//! `Embedder`), `repeats.rs` (identical calls: the pointer to an earlier result, the loop guard),
+//! `context.rs`, `textmode.rs`, `pause.rs`, `handoff.rs`, `detach.rs`.
 
 use std::time::Duration;
 
@@ -36,6 +37,7 @@ mod handle;
 mod handoff;
 mod offer;
 pub mod pause;
+mod repeats;
 mod round;
 mod run;
 mod textmode;

@@ -494,6 +494,26 @@ impl PauseStore {
 }
 
 /// Reads the user's answer: approve / always / deny [reason], in the usual words.
+/// Whether a request may answer a paused run (its last message is the user's, after an
+/// assistant message that carries a pause marker): [`PauseStore::take_for`] has something to
+/// look up on disk. Reads no file.
+pub fn answers_a_pause(messages: &[Value]) -> bool {
+    let Some((last, history)) = messages.split_last() else {
+        return false;
+    };
+    if last.get("role").and_then(Value::as_str) != Some("user") {
+        return false;
+    }
+    history
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) != Some("user"))
+        .is_some_and(|m| {
+            m.get("role").and_then(Value::as_str) == Some("assistant")
+                && content_text(m.get("content"), " ").contains(MARKER)
+        })
+}
+
 pub fn parse_reply(text: &str) -> Reply {
     let t = text.trim();
     let lower = t.to_lowercase();

@@ -44,7 +44,8 @@ impl Run<'_> {
         };
         // toolpilot's system message (rules, workspace) goes into this request only, never
         // into the conversation the run keeps.
-        let block = run_prompt.block(&self.engine.workspace, messages);
+        let block = self.system_block(run_prompt, messages).await;
+        let block = block.as_deref();
         let block_bytes = block.map_or(0, str::len);
         let window = route.endpoint.context_window(&route.model).await;
         let limit = match (window, ctx.limit) {
@@ -111,6 +112,36 @@ impl Run<'_> {
         }
     }
 
+    /// toolpilot's system message for this round. Auto-attached rules look at the files the
+    /// run touched (their metadata, and the text a regex rule matches): that is done on a
+    /// blocking thread, with copies of the run's prompt state and conversation.
+    async fn system_block(
+        &self,
+        run_prompt: &mut crate::prompt::RunPrompt,
+        messages: &[Value],
+    ) -> Option<String> {
+        let ws = &self.engine.workspace;
+        if !run_prompt.reads_files() {
+            return run_prompt.block(ws, messages).map(str::to_string);
+        }
+        let mut rp = run_prompt.clone();
+        let ws = Arc::clone(ws);
+        let conversation = messages.to_vec();
+        let work = tokio::task::spawn_blocking(move || {
+            let block = rp.block(&ws, &conversation).map(str::to_string);
+            (rp, block)
+        });
+        match work.await {
+            Ok((rp, block)) => {
+                *run_prompt = rp;
+                block
+            }
+            Err(_) => run_prompt
+                .block(&self.engine.workspace, messages)
+                .map(str::to_string),
+        }
+    }
+
     /// One round, retried with backoff on retryable failures as long as nothing of the
     /// failed attempt was forwarded to the client. An upstream that cannot be reached (or
     /// answers 5xx) is `Unavailable` once its retries are spent, at once for connection
@@ -150,7 +181,18 @@ impl Run<'_> {
                     }
                     let unavailable = !forwarded && e.is_unavailable();
                     let skip_retries = fallback_ready && matches!(e, UpstreamError::Connect { .. });
-                    if e.retryable() && !forwarded && attempt < max_retries && !skip_retries {
+                    // A server that asks for a longer wait than we would hold the client for
+                    // gets its answer passed on (429 with `Retry-After`) rather than waited out.
+                    let too_long = e.retry_after().is_some_and(|ra| ra > cap);
+                    if too_long {
+                        tracing::warn!(error = %e, retry_after = ?e.retry_after(), max_wait = ?cap, "the upstream asks for a longer wait than upstream.retry_max_wait_secs; passing its answer on");
+                    }
+                    if e.retryable()
+                        && !forwarded
+                        && attempt < max_retries
+                        && !skip_retries
+                        && !too_long
+                    {
                         let wait = backoff(attempt, e.retry_after(), base, cap);
                         tracing::warn!(error = %e, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "upstream round failed; retrying");
                         attempt += 1;
@@ -283,7 +325,8 @@ impl From<UpstreamError> for RoundError {
     }
 }
 
-/// Exponential backoff with full jitter, or the server's `Retry-After`, capped.
+/// Exponential backoff with full jitter, or the server's `Retry-After`, capped (the caller
+/// does not wait at all for a `Retry-After` beyond the cap).
 pub(super) fn backoff(
     attempt: u32,
     retry_after: Option<Duration>,

@@ -1,6 +1,5 @@
 //! `Run`: one conversation's loop, from the request to `Done` or `Failed`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,6 +13,7 @@ use super::approvers::{Preset, RunApprover};
 use super::engine::last_user_text;
 use super::offer::{Offer, unknown_tool_message};
 use super::pause::{self, Paused, Reply};
+use super::repeats::Repeats;
 use super::round::{ContextState, RoundFailure};
 use super::{Engine, RunEvent, RunOptions};
 use crate::config::ApprovalMode;
@@ -21,7 +21,7 @@ use crate::error::ApiError;
 use crate::openai::{ChatRequest, ToolCall, Usage, assistant_message, tool_message};
 use crate::tools::ToolEnv;
 use crate::tools::edit::ApplyModel;
-use crate::tools::registry::{Approver, Outcome};
+use crate::tools::registry::{Approver, Outcome, Status};
 use crate::upstream::UpstreamError;
 use crate::upstream::accumulate::Round;
 use crate::upstream::route::Route;
@@ -53,9 +53,8 @@ pub(super) struct State {
     /// Rounds sent so far (the rounds of a paused run count).
     round_no: u32,
     tail: TextTail,
-    /// Calls already run, by tool and canonical arguments, with their call id: an identical
-    /// call is answered with a pointer to the earlier result until something changes.
-    seen: HashMap<(String, String), String>,
+    /// Identical calls and failures: the pointer to an earlier result, the loop guard.
+    repeats: Repeats,
     ctx: ContextState,
 }
 
@@ -179,7 +178,9 @@ impl Run<'_> {
     /// The run: set up, continue a paused run if this request answers one, then one turn
     /// after another until a turn ends the run; `Done` says how.
     pub(super) async fn run(&self, req: ChatRequest) -> Result<(), RunError> {
-        let mut st = self.setup(req)?;
+        // Rules and skills are files: refreshed on a blocking thread.
+        let snapshot = self.engine.prompt.refresh().await;
+        let mut st = self.setup(req, snapshot)?;
         let resumed = if self.opts.plain {
             None
         } else {
@@ -205,7 +206,11 @@ impl Run<'_> {
     /// What the run decides before its first round: the upstream (route), the tools offered,
     /// the tools' environment, the system message, and the conversation (a client sending the
     /// results of calls handed to it gets the rounds it did not see put back).
-    fn setup(&self, req: ChatRequest) -> Result<State, RunError> {
+    fn setup(
+        &self,
+        req: ChatRequest,
+        snapshot: Arc<crate::prompt::Snapshot>,
+    ) -> Result<State, RunError> {
         let engine = self.engine;
         let requested = engine
             .config
@@ -220,7 +225,6 @@ impl Run<'_> {
         if engine.upstreams.is_demo() {
             tracing::warn!("no upstream configured: the built-in demo model answers this run");
         }
-        let snapshot = engine.prompt.snapshot();
         let plain = self.opts.plain;
         let offer = if plain {
             Offer::plain(&req)
@@ -263,7 +267,7 @@ impl Run<'_> {
             usage: Usage::default(),
             round_no: 0,
             tail: TextTail::default(),
-            seen: HashMap::new(),
+            repeats: Repeats::default(),
             req,
         })
     }
@@ -303,7 +307,18 @@ impl Run<'_> {
     /// run says why and ends.
     async fn resume(&self, st: &mut State) -> Result<Option<&'static str>, RunError> {
         let engine = self.engine;
-        let (paused, reply) = match engine.pauses.take_for(&st.req.messages) {
+        // Reading and removing a saved pause is file work: on a blocking thread, and only
+        // when the conversation carries a pause's marker.
+        let found = if pause::answers_a_pause(&st.req.messages) {
+            let store = Arc::clone(&engine.pauses);
+            let messages = st.req.messages.clone();
+            tokio::task::spawn_blocking(move || store.take_for(&messages))
+                .await
+                .unwrap_or_else(|e| Some(Err(format!("reading the paused run failed: {e}"))))
+        } else {
+            None
+        };
+        let (paused, reply) = match found {
             None => return Ok(None),
             Some(Ok(pause)) => pause,
             Some(Err(why)) => {
@@ -320,9 +335,11 @@ impl Run<'_> {
         st.round_no = paused.round_no;
         if reply == (Reply::Approve { always: true }) {
             let rules: Vec<String> = paused.asks.iter().flat_map(|a| a.rules.clone()).collect();
-            let saved = engine
-                .approvals
-                .save_rules(&rules)
+            let approvals = Arc::clone(&engine.approvals);
+            let to_save = rules.clone();
+            let saved = tokio::task::spawn_blocking(move || approvals.save_rules(&to_save))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
                 .and_then(|()| engine.registry.allow(&rules));
             match saved {
                 Ok(()) => tracing::info!(?rules, "allow rules added by an in-band approval"),
@@ -336,7 +353,7 @@ impl Run<'_> {
         );
         let preset = Preset(reply.clone());
         let results = self
-            .run_tools_with(&paused.calls, &st.offer, &st.env, &mut st.seen, &preset)
+            .run_tools_with(&paused.calls, &st.offer, &st.env, &mut st.repeats, &preset)
             .await?;
         for (call, content) in paused.calls.iter().zip(results) {
             st.messages.push(tool_message(&call.id, content));
@@ -344,7 +361,7 @@ impl Run<'_> {
         if let Reply::Other(text) = reply {
             st.messages.push(json!({"role": "user", "content": text}));
         }
-        Ok(None)
+        self.guard(st).await
     }
 
     /// One turn: the model's answer, then its calls. `Some(finish_reason)` when the run ends
@@ -388,7 +405,7 @@ impl Run<'_> {
         self.run_calls(st, &server_calls, client_calls.is_empty())
             .await?;
         if client_calls.is_empty() {
-            return Ok(None);
+            return self.guard(st).await;
         }
         let ids: Vec<String> = client_calls.iter().map(|c| c.id.clone()).collect();
         self.engine
@@ -560,6 +577,11 @@ impl Run<'_> {
         let yes = engine.config.agent.approve_asks;
         let (mut server_calls, mut client_calls) = (Vec::new(), Vec::new());
         for call in calls {
+            if call.kind.is_some() {
+                // Not a function call: answered here with what went wrong.
+                server_calls.push(call.clone());
+                continue;
+            }
             let hand_off = st.offer.server.contains(&call.name)
                 && st.req.tools.is_some()
                 && engine.config.approvals.handoff
@@ -598,7 +620,7 @@ impl Run<'_> {
         let yes = engine.config.agent.approve_asks;
         let asks: Vec<pause::Ask> = calls
             .iter()
-            .filter(|c| st.offer.server.contains(&c.name))
+            .filter(|c| st.offer.server.contains(&c.name) && c.kind.is_none())
             .filter_map(|c| {
                 let (reason, person_only, rules) = engine.registry.ask_of(c, &st.env)?;
                 if yes && !person_only {
@@ -616,7 +638,8 @@ impl Run<'_> {
         if asks.is_empty() {
             return Ok(false);
         }
-        let saved = engine.pauses.save(Paused {
+        let store = Arc::clone(&engine.pauses);
+        let paused = Paused {
             id: String::new(),
             run_id: self.opts.run_id.clone(),
             created_at: 0,
@@ -629,7 +652,11 @@ impl Run<'_> {
             asks,
             usage: st.usage,
             round_no: st.round_no,
-        });
+        };
+        // Written and synced to disk: on a blocking thread.
+        let saved = tokio::task::spawn_blocking(move || store.save(paused))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
         let (saved, question) = saved.map_err(|e| {
             RunError::Api(ApiError::internal(format!(
                 "a call needs approval, but the run could not be paused (saving its state \
@@ -666,7 +693,7 @@ impl Run<'_> {
         only_server: bool,
     ) -> Result<(), RunError> {
         let results = self
-            .run_tools(calls, &st.offer, &st.env, &mut st.seen)
+            .run_tools(calls, &st.offer, &st.env, &mut st.repeats)
             .await?;
         let max_rounds = self.engine.config.agent.max_rounds;
         let last_round_with_tools = st.round_no == max_rounds;
@@ -691,7 +718,7 @@ impl Run<'_> {
         calls: &[ToolCall],
         offer: &Offer,
         env: &ToolEnv,
-        seen: &mut HashMap<(String, String), String>,
+        repeats: &mut Repeats,
     ) -> Result<Vec<String>, RunError> {
         let approver = RunApprover {
             engine: self.engine,
@@ -700,7 +727,7 @@ impl Run<'_> {
             reachable: self.opts.approvals_reachable,
             seen: self.approvals_seen(),
         };
-        self.run_tools_with(calls, offer, env, seen, &approver)
+        self.run_tools_with(calls, offer, env, repeats, &approver)
             .await
     }
 
@@ -709,12 +736,13 @@ impl Run<'_> {
         calls: &[ToolCall],
         offer: &Offer,
         env: &ToolEnv,
-        seen: &mut HashMap<(String, String), String>,
+        repeats: &mut Repeats,
         approver: &dyn Approver,
     ) -> Result<Vec<String>, RunError> {
         let reg = &self.engine.registry;
         let detect = self.engine.config.agent.detect_repeats;
         let mut results: Vec<Option<String>> = vec![None; calls.len()];
+        let mut statuses = vec![Status::Ok; calls.len()];
         let mut i = 0;
         while i < calls.len() {
             // A batch: one non-read-only call, or a run of read-only ones.
@@ -726,16 +754,22 @@ impl Run<'_> {
             }
             let mut batch = Vec::new();
             for (k, call) in calls.iter().enumerate().take(j).skip(i) {
+                if let Some(kind) = &call.kind {
+                    results[k] = Some(odd_type_message(call, kind));
+                    statuses[k] = Status::Error;
+                    continue;
+                }
                 if !offer.server.contains(&call.name) {
                     results[k] = Some(match reg.unavailable(&call.name) {
                         Some(why) => why.to_string(),
                         None => unknown_tool_message(&call.name, offer),
                     });
+                    statuses[k] = Status::Error;
                     continue;
                 }
                 let key = (call.name.clone(), canonical_args(&call.arguments));
                 if detect {
-                    if let Some(earlier) = seen.get(&key) {
+                    if let Some(earlier) = repeats.seen.get(&key) {
                         tracing::info!(tool = %call.name, "repeated identical tool call; not running it again");
                         results[k] = Some(format!(
                             "You already called {} with exactly these arguments (tool call {earlier}) \
@@ -745,7 +779,7 @@ impl Run<'_> {
                         ));
                         continue;
                     }
-                    seen.insert(key, call.id.clone());
+                    repeats.seen.insert(key, call.id.clone());
                 }
                 batch.push(k);
             }
@@ -780,16 +814,54 @@ impl Run<'_> {
                     },
                 })
                 .await?;
+                statuses[k] = outcome.status;
                 results[k] = Some(outcome.content);
             }
             if !reg.read_only(&calls[i].name) && offer.server.contains(&calls[i].name) {
                 // The workspace may have changed: earlier results are no longer current.
-                seen.clear();
+                repeats.seen.clear();
             }
             i = j;
         }
-        Ok(results.into_iter().map(Option::unwrap_or_default).collect())
+        let results: Vec<String> = results.into_iter().map(Option::unwrap_or_default).collect();
+        let limit = self.engine.config.agent.repeat_limit;
+        for ((call, content), status) in calls.iter().zip(&results).zip(statuses) {
+            repeats.note(
+                limit,
+                &call.name,
+                &canonical_args(&call.arguments),
+                content,
+                status,
+            );
+        }
+        Ok(results)
     }
+
+    /// The loop guard: a run that repeats itself ends here, with an answer that says what
+    /// repeated (`Some("stop")`); otherwise it goes on.
+    async fn guard(&self, st: &mut State) -> Result<Option<&'static str>, RunError> {
+        let Some(verdict) = st.repeats.verdict() else {
+            return Ok(None);
+        };
+        tracing::warn!(reason = %verdict, "the loop guard ended a run");
+        self.engine
+            .runs
+            .event(&self.opts.run_id, "loop_guard", json!({"message": verdict}));
+        let text = format!("{}{verdict}", st.tail.separator());
+        st.tail.note(&text);
+        self.send(RunEvent::Content(text)).await?;
+        Ok(Some("stop"))
+    }
+}
+
+/// The tool message for a call whose `type` is not `function`.
+fn odd_type_message(call: &ToolCall, kind: &str) -> String {
+    format!(
+        "{} was not run: the call has type {kind:?}, and tools are only run when called as \
+         functions (\"type\": \"function\", with the arguments as a JSON object in \
+         `function.arguments`). Call {} again that way.",
+        call.name, call.name
+    )
 }
 
 pub(super) fn canonical_args(raw: &str) -> String {

@@ -130,13 +130,10 @@ fn valid_run_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
-/// Writes `bytes` to `path` via a temporary file and a rename.
+/// Writes `bytes` to `path` atomically, for the owner only: checkpoints hold the prior
+/// contents of the workspace's files.
 fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{:08x}", fastrand::u32(..)));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    crate::private_file::write(path, bytes)
 }
 
 #[cfg(unix)]

@@ -10,6 +10,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
 
 /// One path that differs between two snapshots.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,13 +43,27 @@ pub enum BlobError {
 pub struct Shadow {
     git_dir: PathBuf,
     work_tree: PathBuf,
+    /// The longest one git call may take; past it git is killed.
+    timeout: Duration,
+    /// Cancelled when the run that asks for snapshots ends: git is killed then too.
+    cancel: Option<CancellationToken>,
 }
 
 impl Shadow {
-    pub fn new(store_dir: &Path, work_tree: &Path) -> Shadow {
+    pub fn new(store_dir: &Path, work_tree: &Path, timeout: Duration) -> Shadow {
         Shadow {
             git_dir: store_dir.join("shadow.git"),
             work_tree: work_tree.to_path_buf(),
+            timeout,
+            cancel: None,
+        }
+    }
+
+    /// The same repository, for a run: its git calls stop when `cancel` is cancelled.
+    pub fn for_run(&self, cancel: CancellationToken) -> Shadow {
+        Shadow {
+            cancel: Some(cancel),
+            ..self.clone()
         }
     }
 
@@ -80,10 +99,14 @@ impl Shadow {
     }
 
     /// Runs git and returns its output, refusing more than `cap` bytes of it (the workspace
-    /// decides how much `diff-tree` or `cat-file` print): past the cap git is stopped.
+    /// decides how much `diff-tree` or `cat-file` print): past the cap git is stopped. So it
+    /// is past the timeout, or when the run is cancelled.
     fn run_capped(&self, args: &[&str], cap: u64) -> Result<Vec<u8>, String> {
         use std::process::Stdio;
         let what = args.first().unwrap_or(&"");
+        if self.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            return Err(format!("git {what} was not run: the run was cancelled"));
+        }
         let mut child = self
             .git()
             .args(args)
@@ -95,19 +118,36 @@ impl Shadow {
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err("cannot run git: its output is not connected".into());
         };
+        let pid = child.id();
+        let stopped = AtomicU8::new(RUNNING);
         let (out, err) = std::thread::scope(|s| {
+            // The watchdog: git is killed at the deadline or when the run is cancelled. It
+            // only signals before git is reaped (`done` is sent first), so the pid is git's.
+            let (done, finished) = mpsc::channel::<()>();
+            let stopped = &stopped;
+            s.spawn(move || watch(pid, finished, self.timeout, self.cancel.as_ref(), stopped));
             // Both pipes at once, or git could block on a full one while we read the other.
             let err = s.spawn(move || crate::bounded::read_to_end(stderr, 64 * 1024));
             let out = crate::bounded::read_to_end(stdout, cap);
             if out.is_err() {
                 let _ = child.kill();
             }
-            (
-                out,
-                err.join().ok().and_then(Result::ok).unwrap_or_default(),
-            )
+            let err = err.join().ok().and_then(Result::ok).unwrap_or_default();
+            drop(done);
+            (out, err)
         });
         let status = child.wait().map_err(|e| format!("git {what}: {e}"))?;
+        match stopped.load(Ordering::Acquire) {
+            TIMED_OUT => {
+                return Err(format!(
+                    "git {what} did not finish within {} s (terminal.snapshot_timeout_secs) and \
+                     was stopped",
+                    self.timeout.as_secs_f64()
+                ));
+            }
+            CANCELLED => return Err(format!("git {what} was stopped: the run was cancelled")),
+            _ => {}
+        }
         let out = match out {
             Ok(out) => out,
             Err(crate::bounded::CappedError::TooLarge { .. }) => {
@@ -194,6 +234,46 @@ impl Shadow {
     }
 }
 
+const RUNNING: u8 = 0;
+const TIMED_OUT: u8 = 1;
+const CANCELLED: u8 = 2;
+
+/// Kills git (`pid`) when `timeout` passes or `cancel` fires before `finished` is closed;
+/// says which in `stopped`.
+fn watch(
+    pid: u32,
+    finished: mpsc::Receiver<()>,
+    timeout: Duration,
+    cancel: Option<&CancellationToken>,
+    stopped: &AtomicU8,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let now = Instant::now();
+        // Without a token to watch, one wait to the deadline; with one, a look every 50 ms.
+        let step = match cancel {
+            Some(_) => Duration::from_millis(50),
+            None => deadline.saturating_duration_since(now),
+        };
+        match finished.recv_timeout(step.min(deadline.saturating_duration_since(now))) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+        let why = if Instant::now() >= deadline {
+            TIMED_OUT
+        } else if cancel.is_some_and(|c| c.is_cancelled()) {
+            CANCELLED
+        } else {
+            continue;
+        };
+        stopped.store(why, Ordering::Release);
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+        return;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,7 +286,7 @@ mod tests {
         std::fs::write(ws.join("src/a.rs"), "a\n").unwrap();
         std::fs::write(ws.join("gone.txt"), "bye\n").unwrap();
         std::fs::write(ws.join(".gitignore"), "target/\n").unwrap();
-        let shadow = Shadow::new(&tmp.path().join("state"), &ws);
+        let shadow = Shadow::new(&tmp.path().join("state"), &ws, Duration::from_secs(60));
         let before = shadow.snapshot().unwrap();
         std::fs::write(ws.join("src/a.rs"), "A\n").unwrap();
         std::fs::remove_file(ws.join("gone.txt")).unwrap();
@@ -231,5 +311,36 @@ mod tests {
         );
         // The workspace has no .git of its own after all this.
         assert!(!ws.join(".git").exists());
+    }
+
+    /// The watchdog kills what outlives its deadline, or its run, and says which.
+    #[test]
+    fn a_git_call_past_its_deadline_or_its_run_is_killed() {
+        use std::os::unix::process::ExitStatusExt;
+        for (timeout, cancel, expected) in [
+            (Duration::from_millis(100), None, TIMED_OUT),
+            (
+                Duration::from_secs(600),
+                Some(CancellationToken::new()),
+                CANCELLED,
+            ),
+        ] {
+            let mut child = Command::new("sleep").arg("600").spawn().unwrap();
+            if let Some(c) = &cancel {
+                c.cancel();
+            }
+            let (_done, finished) = mpsc::channel::<()>();
+            let stopped = AtomicU8::new(RUNNING);
+            watch(child.id(), finished, timeout, cancel.as_ref(), &stopped);
+            assert_eq!(child.wait().unwrap().signal(), Some(9));
+            assert_eq!(stopped.load(Ordering::Acquire), expected);
+        }
+        // A run already cancelled starts no git at all.
+        let tmp = tempfile::tempdir().unwrap();
+        let token = CancellationToken::new();
+        token.cancel();
+        let shadow = Shadow::new(tmp.path(), tmp.path(), Duration::from_secs(60)).for_run(token);
+        let e = shadow.snapshot().unwrap_err();
+        assert!(e.contains("the run was cancelled"), "{e}");
     }
 }

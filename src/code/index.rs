@@ -988,16 +988,8 @@ impl CodeIndex {
 
     fn save_manifest(&self, m: &Manifest) -> Result<(), String> {
         let bytes = serde_json::to_vec(m).map_err(|e| io_err("manifest", e))?;
-        let path = self.dir.join("manifest.json");
-        let tmp = self
-            .dir
-            .join(format!("manifest.json.tmp{:08x}", fastrand::u32(..)));
-        std::fs::write(&tmp, bytes)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|e| {
-                let _ = std::fs::remove_file(&tmp);
-                io_err("cannot save the index manifest", e)
-            })
+        crate::private_file::write(&self.dir.join("manifest.json"), &bytes)
+            .map_err(|e| io_err("cannot save the index manifest", e))
     }
 
     /// The best chunks for `query`: BM25 over symbols (×3), path words (×2) and text, at most

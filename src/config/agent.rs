@@ -17,6 +17,9 @@ pub struct AgentConfig {
     /// The most tokens (prompt and completion, summed over its rounds as the upstream reports
     /// them) a run may use; past it the run ends with an answer that says so.
     pub max_tokens_per_run: Option<u64>,
+    /// The run ends when the model makes the same call (name and arguments) this many times
+    /// in a row, or the same call fails the same way this many times; 0 turns it off.
+    pub repeat_limit: u32,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -27,6 +30,7 @@ pub(super) struct AgentFile {
     pub(super) default_tools: Option<Vec<String>>,
     pub(super) detect_repeats: Option<bool>,
     pub(super) max_tokens_per_run: Option<u64>,
+    pub(super) repeat_limit: Option<u32>,
 }
 
 /// `model` is `--model`, else `[upstream] model`; `yes` is `--yes`.
@@ -63,6 +67,16 @@ pub(super) fn resolve(
                 ));
             }
             n => n,
+        },
+        repeat_limit: match a.repeat_limit {
+            Some(1) => {
+                return Err(err(
+                    "agent.repeat_limit must be 0 (off) or at least 2: with 1 every call would \
+                     end the run",
+                ));
+            }
+            Some(n) => n,
+            None => 3,
         },
     })
 }

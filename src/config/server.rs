@@ -39,6 +39,9 @@ pub struct ServerConfig {
     /// Where to append what clients send (one JSON line per request), for debugging a client:
     /// the file holds whole conversations.
     pub record_requests: Option<std::path::PathBuf>,
+    /// On SIGTERM or SIGINT: how long runs in flight may go on before they are ended with an
+    /// error (no new connection is accepted meanwhile; a second signal exits at once).
+    pub shutdown_grace: Duration,
 }
 
 /// The admin token and where it came from.
@@ -142,6 +145,7 @@ pub(super) struct ServerFile {
     pub(super) augment: Option<Vec<String>>,
     pub(super) plain_prefix: Option<String>,
     pub(super) record_requests: Option<std::path::PathBuf>,
+    pub(super) shutdown_grace_secs: Option<f64>,
 }
 
 pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, ConfigError> {
@@ -190,6 +194,7 @@ pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, Conf
             None => "plain/".into(),
         },
         record_requests: s.record_requests,
+        shutdown_grace: secs("server.shutdown_grace_secs", s.shutdown_grace_secs, 10.0)?,
     })
 }
 

@@ -40,6 +40,9 @@ pub struct TerminalConfig {
     pub helper: PathBuf,
     /// Snapshot the workspace around commands, so their changes can be undone.
     pub checkpoint: bool,
+    /// The longest one git call of a snapshot may take (hashing a large tree the first time
+    /// is slow); past it git is killed and the command's changes are not recorded.
+    pub snapshot_timeout: Duration,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -60,6 +63,7 @@ pub(super) struct TerminalFile {
     pub(super) job_timeout_secs: Option<f64>,
     pub(super) helper: Option<PathBuf>,
     pub(super) checkpoint: Option<bool>,
+    pub(super) snapshot_timeout_secs: Option<f64>,
     pub(super) default_rules: Option<bool>,
     pub(super) unsandboxed: Option<String>,
 }
@@ -214,5 +218,10 @@ pub(super) fn resolve(
         job_timeout: secs("terminal.job_timeout_secs", tf.job_timeout_secs, 3600.0)?,
         helper,
         checkpoint: tf.checkpoint.unwrap_or(true),
+        snapshot_timeout: secs(
+            "terminal.snapshot_timeout_secs",
+            tf.snapshot_timeout_secs,
+            120.0,
+        )?,
     })
 }

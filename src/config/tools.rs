@@ -19,6 +19,10 @@ pub struct ToolsConfig {
     pub search_exclude: Vec<String>,
     pub search_timeout: Duration,
     pub git_timeout: Duration,
+    /// The deadline of one tool call (a command's is its own time limit plus this; an edit
+    /// the model applies adds the upstream's total timeout). A call still running then is
+    /// abandoned and the model is told.
+    pub call_timeout: Duration,
     /// Files larger than this are skipped by grep (like minified bundles and dumps).
     pub grep_max_file_bytes: u64,
     /// When `edit_existing_file` cannot place the changes deterministically, ask the
@@ -39,6 +43,7 @@ impl Default for ToolsConfig {
             search_exclude: vec!["node_modules/".into(), "__pycache__/".into()],
             search_timeout: Duration::from_secs(30),
             git_timeout: Duration::from_secs(30),
+            call_timeout: Duration::from_secs(120),
             grep_max_file_bytes: 20 * 1024 * 1024,
             llm_apply: true,
         }
@@ -59,6 +64,7 @@ pub(super) struct ToolsFile {
     pub(super) search_exclude: Option<Vec<String>>,
     pub(super) search_timeout_secs: Option<f64>,
     pub(super) git_timeout_secs: Option<f64>,
+    pub(super) call_timeout_secs: Option<f64>,
     pub(super) llm_apply: Option<bool>,
 }
 
@@ -88,6 +94,7 @@ pub(super) fn resolve(t: ToolsFile) -> Result<ToolsConfig, ConfigError> {
         search_exclude: t.search_exclude.unwrap_or(d.search_exclude),
         search_timeout: secs("tools.search_timeout_secs", t.search_timeout_secs, 30.0)?,
         git_timeout: secs("tools.git_timeout_secs", t.git_timeout_secs, 30.0)?,
+        call_timeout: secs("tools.call_timeout_secs", t.call_timeout_secs, 120.0)?,
         llm_apply: t.llm_apply.unwrap_or(d.llm_apply),
     };
     for g in &tools.search_exclude {

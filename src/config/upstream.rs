@@ -143,7 +143,7 @@ fn resolve_upstream(
     let retry_max_wait = secs(
         &k("retry_max_wait_secs"),
         u.retry_max_wait_secs.or(inherit.retry_max_wait_secs),
-        30.0,
+        20.0,
     )?;
     let max_response_bytes = positive(
         &k("max_response_bytes"),

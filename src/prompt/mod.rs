@@ -4,8 +4,10 @@
 //! that list them.
 //!
 //! Rules and skills are loaded from disk into a [`Snapshot`], cached for
-//! [`SNAPSHOT_TTL`] (so a busy server does not re-read them on every request) and dropped at
-//! once when toolpilot writes a rule itself. The system message is computed per upstream round
+//! [`SNAPSHOT_TTL`] (so a busy server does not re-read them on every request) and reloaded at
+//! once when toolpilot writes a rule itself. Loading reads files: a run refreshes the
+//! snapshot on a blocking thread ([`Prompt::refresh`]); tools read the latest one
+//! ([`Prompt::latest`]), which never touches the disk once the server has started. The system message is computed per upstream round
 //! from the run's clean conversation ([`RunPrompt`]) and spliced into the request body only
 //! ([`splice_system`], [`unsplice_system`]), so it is never stored in the conversation, never duplicated, and a rule
 //! that starts to apply mid-run (the model read a matching file) is in the next round's
@@ -129,10 +131,41 @@ impl Prompt {
         snap
     }
 
-    /// Forgets the cached snapshot (a rule was just written).
-    pub fn invalidate(&self) {
+    /// The current snapshot, loaded on a blocking thread when the cached one is older than
+    /// [`SNAPSHOT_TTL`] (rules and skills are files: reading them must not hold up the async
+    /// threads that serve other requests).
+    pub async fn refresh(self: &Arc<Self>) -> Arc<Snapshot> {
+        if let Some(snap) = self.cached(SNAPSHOT_TTL) {
+            return snap;
+        }
+        let this = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || this.snapshot()).await {
+            Ok(snap) => snap,
+            // The load panicked: the last snapshot is better than none.
+            Err(_) => self.latest(),
+        }
+    }
+
+    /// The snapshot loaded last, however old (the run's own refresh just made it current);
+    /// loads one only if there is none yet, which `Engine::new` prevents.
+    pub fn latest(&self) -> Arc<Snapshot> {
+        match self.cached(Duration::MAX) {
+            Some(snap) => snap,
+            None => self.snapshot(),
+        }
+    }
+
+    fn cached(&self, ttl: Duration) -> Option<Arc<Snapshot>> {
+        let c = self.cache.lock().ok()?;
+        let (at, snap) = c.as_ref()?;
+        (at.elapsed() < ttl).then(|| Arc::clone(snap))
+    }
+
+    /// Loads the snapshot again now (a rule was just written; call off the async threads).
+    pub fn reload(&self) {
+        let snap = Arc::new(self.load());
         if let Ok(mut c) = self.cache.lock() {
-            *c = None;
+            *c = Some((Instant::now(), snap));
         }
     }
 
@@ -230,6 +263,7 @@ fn top_level(ws: &Workspace, max: usize) -> (Vec<String>, usize) {
 }
 
 /// The system message of one run, recomputed per round from the conversation.
+#[derive(Clone)]
 pub struct RunPrompt {
     snapshot: Arc<Snapshot>,
     config: PromptConfig,
@@ -270,6 +304,12 @@ impl RunPrompt {
     /// The system text for the next round, given the conversation so far; `None` when the
     /// system message is off. Rules already in the client's system message (Continue applies
     /// the same files itself) are not repeated.
+    /// Whether [`RunPrompt::block`] looks at files (the touched files, for auto-attached
+    /// rules): then it belongs on a blocking thread.
+    pub fn reads_files(&self) -> bool {
+        self.config.system_message && self.snapshot.has_auto_attached
+    }
+
     pub fn block(&mut self, ws: &Workspace, messages: &[Value]) -> Option<&str> {
         if !self.config.system_message {
             return None;

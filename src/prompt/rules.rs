@@ -334,14 +334,20 @@ pub(crate) fn files_below_ws(
     warnings: &mut Vec<String>,
 ) -> Vec<PathBuf> {
     match ws.files_below_nofollow(rel, max_depth, max) {
-        Ok((files, cut)) => {
-            if cut {
+        Ok(below) => {
+            if below.cut {
                 warnings.push(format!(
                     "{}: only the first {max} files were read",
                     rel.display()
                 ));
             }
-            files
+            for (path, kind) in below.special {
+                warnings.push(format!(
+                    "{} was skipped: it is {kind}, not a regular file",
+                    path.display()
+                ));
+            }
+            below.files
         }
         Err(e) => {
             warnings.push(format!(

@@ -247,9 +247,10 @@ impl Wire for ChatWire {
         }
     }
 
+    /// An `error` event in OpenAI's shape and no `[DONE]`: a client (and the official SDKs,
+    /// which raise on it) can tell a broken answer from a complete one.
     fn fail(&mut self, out: &mut BytesMut, error: &ApiError) {
         ChunkEncoder::error(out, &error.body());
-        ChunkEncoder::done(out);
     }
 
     fn collect(&mut self, ev: RunEvent) -> Option<Response> {
@@ -550,7 +551,17 @@ pub async fn answer_approval(
     };
     let always = matches!(verdict, Verdict::Approve { always: true });
     let engine = &state.engine;
-    match engine.approvals.answer(&id, verdict) {
+    // "Always" writes the rules file: on a blocking thread.
+    let approvals = std::sync::Arc::clone(&engine.approvals);
+    let answered = tokio::task::spawn_blocking(move || approvals.answer(&id, verdict)).await;
+    let answered = match answered {
+        Ok(a) => a,
+        Err(e) => {
+            return ApiError::internal(format!("answering the approval failed: {e}"))
+                .into_response();
+        }
+    };
+    match answered {
         Ok(info) => {
             let mut rules_added = Vec::new();
             if always {

@@ -4,7 +4,7 @@
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::stream::{EventSource, Wire, collect_response, sse_response};
@@ -131,6 +131,17 @@ pub async fn respond<W: Wire>(
         if let Some(rest) = model.strip_prefix(prefix) {
             req.model = Some(rest.to_string());
             plain = true;
+        }
+    }
+    if headers.detach {
+        if let Err(why) = state.engine.detached.room() {
+            return ApiError::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                why,
+            )
+            .with_code("too_many_detached_runs")
+            .into_response();
         }
     }
     let stream = req.stream;

@@ -212,6 +212,7 @@ mod tests {
                 id: "c".into(),
                 name: "x".into(),
                 arguments: "{}".into(),
+                kind: None,
             },
         );
         let v = parse(&b);

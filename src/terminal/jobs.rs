@@ -175,8 +175,11 @@ impl Jobs {
             };
             drop(running);
             // The job counts as ended once what follows it (protected paths put back, changes
-            // recorded) is done, so its report is complete when it says so.
-            let note = on_end();
+            // recorded) is done, so its report is complete when it says so. That is file and
+            // git work: on a blocking thread.
+            let note = tokio::task::spawn_blocking(on_end)
+                .await
+                .unwrap_or_else(|e| format!("\n[The clean-up after the job failed: {e}]"));
             if let Ok(mut n) = j.note.lock() {
                 *n = note;
             }

@@ -205,7 +205,7 @@ async fn view_diff(env: &ToolEnv) -> Result<String, ToolError> {
         let shown = files.len().min(200);
         let mut s = format!(
             "Untracked files (new, not in the diff; read them with read_file):\n{}",
-            files[..shown].join("\n")
+            files.get(..shown).unwrap_or_default().join("\n")
         );
         if files.len() > shown {
             s.push_str(&format!(

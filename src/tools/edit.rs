@@ -50,6 +50,9 @@ impl SeenFiles {
 /// Applies an edit with the upstream model when the deterministic paths cannot. Implemented
 /// by the agent (tools make no HTTP calls themselves).
 pub trait ApplyModel: Send + Sync {
+    /// The longest an apply may take (the upstream's own total timeout): it extends the
+    /// deadline of `edit_existing_file`.
+    fn timeout(&self) -> std::time::Duration;
     fn apply(
         &self,
         path: String,
@@ -220,7 +223,14 @@ impl Tool for CreateNewFile {
         let raw = args.string("filepath")?;
         let contents = match args.get("contents") {
             Some(Value::String(s)) => s.clone(),
-            None => String::new(),
+            // The registry refuses a call without it; an empty file is `"contents": ""`.
+            None => {
+                return Err(ToolError::InvalidArguments(
+                    "`contents` is required: the whole text of the new file (\"\" for an \
+                     empty file)"
+                        .into(),
+                ));
+            }
             // A model that wrote JSON file contents as an object.
             Some(other) => serde_json::to_string_pretty(other).unwrap_or_default(),
         };
@@ -253,6 +263,12 @@ pub(crate) fn create(
              single_find_and_replace or multi_edit to change it."
         ))
     };
+    if let Some(kind) = ws.special_kind(path) {
+        return Err(ToolError::Failed(format!(
+            "{raw} already exists and is {kind}, not a regular file; nothing was written. \
+             Choose another path."
+        )));
+    }
     if ws.version(path).is_some() || ws.is_dir(path) {
         return Err(exists());
     }
@@ -425,6 +441,10 @@ impl Tool for SearchAndReplaceInFile {
 impl Tool for EditExistingFile {
     fn name(&self) -> &'static str {
         "edit_existing_file"
+    }
+    fn deadline(&self, env: &ToolEnv) -> std::time::Duration {
+        // An edit the model applies waits for an upstream round.
+        env.config.call_timeout + env.apply.as_ref().map(|a| a.timeout()).unwrap_or_default()
     }
     fn description(&self) -> &'static str {
         include_str!("descriptions/edit_existing_file.md")
@@ -923,10 +943,10 @@ pub fn verify_apply(original: &str, changes: &str, output: &str) -> Result<(), S
 fn unfence(s: &str) -> String {
     let t = s.trim();
     if let Some(rest) = t.strip_prefix("```") {
-        if let (Some(nl), true) = (rest.find('\n'), rest.ends_with("```")) {
-            let info = &rest[..nl];
+        let split = rest.split_once('\n');
+        if let (Some((info, after)), true) = (split, rest.ends_with("```")) {
             if !info.contains('`') {
-                let body = &rest[nl + 1..rest.len() - 3];
+                let body = after.strip_suffix("```").unwrap_or(after);
                 if !body.contains("\n```") {
                     return body.strip_suffix('\n').unwrap_or(body).to_string() + "\n";
                 }

@@ -213,7 +213,7 @@ fn render(found: &Found, pattern: &str, max: usize) -> String {
              root (e.g. src/**/*.rs). Ignored, hidden and security-sensitive files are not included."
         );
     }
-    let shown = &found.paths[..found.paths.len().min(max)];
+    let shown = found.paths.get(..max).unwrap_or(&found.paths);
     let mut out = shown.join("\n");
     if found.paths.len() > max {
         out.push_str(&format!(

@@ -68,9 +68,15 @@ pub(crate) fn list(
             "Directory \"{raw}\" not found. Paths are relative to the workspace root; list the \
              root with ls to see what exists."
         )),
-        PathError::NotDirectory { .. } => ToolError::Failed(format!(
-            "\"{raw}\" is a file, not a directory; read it with read_file."
-        )),
+        PathError::NotDirectory { .. } => match ws.special_kind(path) {
+            Some(kind) => ToolError::Failed(format!(
+                "\"{raw}\" is {kind}, not a directory or a regular file; there is nothing to \
+                 list or read in it."
+            )),
+            None => ToolError::Failed(format!(
+                "\"{raw}\" is a file, not a directory; read it with read_file."
+            )),
+        },
         other => ToolError::Failed(other.to_string()),
     })?;
     let max = env.config.ls_max_entries;
@@ -93,8 +99,13 @@ pub(crate) fn list(
         if shown.len() < max {
             let rel = entry.path().strip_prefix(&base).unwrap_or(entry.path());
             let mut s = rel.to_string_lossy().into_owned();
-            if entry.file_type().is_some_and(|t| t.is_dir()) {
-                s.push('/');
+            match entry.file_type() {
+                Some(t) if t.is_dir() => s.push('/'),
+                // Named pipes, sockets and devices are marked: reading them gives nothing.
+                Some(t) if !t.is_file() && !t.is_symlink() => {
+                    s.push_str(&format!("  [{}]", crate::bounded::file_kind(t)));
+                }
+                _ => {}
             }
             shown.push(s);
         }

@@ -5,6 +5,11 @@
 //! invocation's future does the work. Tools never decide permissions: [`registry::Registry`]
 //! asks the policy between `prepare` and running the future, and is the only place that does.
 
+// Slicing a string or a slice at an unchecked index panics on input someone else chose (a
+// path of multi-byte characters, a short line): use `get`, `split_at_checked`, iterators or
+// the char-boundary helpers of `text` instead.
+#![cfg_attr(not(test), deny(clippy::string_slice, clippy::indexing_slicing))]
+
 pub mod args;
 pub mod codebase;
 pub mod diff;
@@ -130,6 +135,11 @@ pub trait Tool: Send + Sync {
     fn read_only(&self) -> bool;
     /// Checks the arguments and resolves paths; returns the targets and the work to do.
     fn prepare(&self, args: &args::Args, env: &ToolEnv) -> Result<Invocation, ToolError>;
+    /// How long a call may run before it is abandoned and the model told
+    /// (`tools.call_timeout_secs`, unless the tool has a longer limit of its own).
+    fn deadline(&self, env: &ToolEnv) -> std::time::Duration {
+        env.config.call_timeout
+    }
 }
 
 /// The spec sent upstream for a tool, in the OpenAI shape.
@@ -148,7 +158,9 @@ pub fn spec_json(tool: &dyn Tool) -> serde_json::Value {
 pub fn spec_json_for(tool: &dyn Tool, snapshot: &crate::prompt::Snapshot) -> serde_json::Value {
     let mut spec = spec_json(tool);
     if let Some(d) = tool.dynamic_description(snapshot) {
-        spec["function"]["description"] = serde_json::Value::String(d);
+        if let Some(f) = spec.get_mut("function").and_then(|f| f.as_object_mut()) {
+            f.insert("description".into(), serde_json::Value::String(d));
+        }
     }
     spec
 }
@@ -175,14 +187,15 @@ pub fn fit_budget(text: String, budget: usize, how_to_get_more: &str) -> String 
         return text;
     }
     let mut cut = floor_char_boundary(&text, budget);
-    if let Some(nl) = text[..cut].rfind('\n') {
+    if let Some(nl) = text.get(..cut).and_then(|t| t.rfind('\n')) {
         if nl > budget / 2 {
             cut = nl + 1;
         }
     }
-    let shown_lines = text[..cut].lines().count();
+    let head = text.get(..cut).unwrap_or_default();
+    let shown_lines = head.lines().count();
     let total_lines = text.lines().count();
-    let mut out = text[..cut].to_string();
+    let mut out = head.to_string();
     if !out.ends_with('\n') {
         out.push('\n');
     }

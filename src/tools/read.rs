@@ -273,7 +273,7 @@ fn read_range(
     let failed = |e: std::io::Error| ToolError::Failed(format!("cannot read \"{raw}\": {e}"));
     // The head of the file, before any line is read: a binary file has no lines to read.
     let head = reader.fill_buf().map_err(failed)?;
-    if let Some(kind) = binary_kind(&head[..head.len().min(SNIFF_BYTES)]) {
+    if let Some(kind) = binary_kind(head.get(..SNIFF_BYTES).unwrap_or(head)) {
         return Err(ToolError::Failed(format!(
             "\"{}\" is a binary file ({kind}); it has no lines to read.",
             path.display()
@@ -357,10 +357,16 @@ fn read_range(
 /// Drops an incomplete UTF-8 sequence at the end of `buf` (left by cutting at a byte count).
 fn trim_partial_utf8(buf: &mut Vec<u8>) {
     let tail = buf.len().saturating_sub(4);
-    let Some(lead) = (tail..buf.len()).rev().find(|&i| buf[i] & 0xC0 != 0x80) else {
+    let Some((lead, &first)) = buf
+        .iter()
+        .enumerate()
+        .skip(tail)
+        .rev()
+        .find(|(_, b)| **b & 0xC0 != 0x80)
+    else {
         return;
     };
-    let need = match buf[lead] {
+    let need = match first {
         b if b < 0x80 => 1,
         b if b >= 0xF0 => 4,
         b if b >= 0xE0 => 3,

@@ -158,6 +158,8 @@ pub struct Outcome {
 pub struct Registry {
     tools: Vec<Box<dyn Tool>>,
     index: HashMap<&'static str, usize>,
+    /// Each tool's required arguments, from its schema (by the tool's index).
+    required: Vec<Vec<String>>,
     /// Shared with the [`HopGate`]s of running calls, so new rules apply to them at once.
     policy: Arc<RwLock<Arc<Policy>>>,
     /// What `policy` was compiled from, to add rules at run time.
@@ -219,9 +221,22 @@ impl Registry {
             .enumerate()
             .map(|(i, t)| (t.name(), i))
             .collect();
+        let required = tools
+            .iter()
+            .map(|t| {
+                t.parameters()
+                    .get("required")
+                    .and_then(|r| r.as_array())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|n| n.as_str().map(str::to_string))
+                    .collect()
+            })
+            .collect();
         Registry {
             tools,
             index,
+            required,
             policy: Arc::new(RwLock::new(Arc::new(policy))),
             policy_config: Mutex::new(policy_config),
             unavailable: HashMap::new(),
@@ -231,8 +246,8 @@ impl Registry {
     /// Marks a tool as unavailable with this configuration: it is not offered, and a call
     /// gets `reason`.
     pub fn set_unavailable(&mut self, name: &str, reason: String) {
-        if let Some(i) = self.index.get(name) {
-            self.unavailable.insert(self.tools[*i].name(), reason);
+        if let Some(tool) = self.get(name) {
+            self.unavailable.insert(tool.name(), reason);
         }
     }
 
@@ -285,7 +300,8 @@ impl Registry {
 
     /// The tool toolpilot executes under this name, if any.
     pub fn get(&self, name: &str) -> Option<&dyn Tool> {
-        self.index.get(name).map(|&i| self.tools[i].as_ref())
+        let i = *self.index.get(name)?;
+        self.tools.get(i).map(|t| t.as_ref())
     }
 
     /// All executable tools, in offering order.
@@ -306,12 +322,47 @@ impl Registry {
         self.get(name).is_some_and(|t| t.read_only())
     }
 
+    /// The tool's own checks (its messages say best what it needs), then the arguments its
+    /// schema requires: a call without one is refused here, whatever the tool would have made
+    /// of it (an empty file for `create_new_file` without `contents`).
+    fn prepare(
+        &self,
+        tool: &dyn Tool,
+        args: &Args,
+        env: &ToolEnv,
+    ) -> Result<super::Invocation, ToolError> {
+        let invocation = tool.prepare(args, env)?;
+        let required = self
+            .index
+            .get(tool.name())
+            .and_then(|&i| self.required.get(i));
+        let missing: Vec<&str> = required
+            .into_iter()
+            .flatten()
+            .filter(|n| args.get(n).is_none())
+            .map(String::as_str)
+            .collect();
+        if let Some(first) = missing.first() {
+            let all = required.map(|r| r.join("`, `")).unwrap_or_default();
+            return Err(ToolError::InvalidArguments(if missing.len() == 1 {
+                format!("`{first}` is required ({} takes `{all}`)", tool.name())
+            } else {
+                format!(
+                    "`{}` are required ({} takes `{all}`)",
+                    missing.join("`, `"),
+                    tool.name()
+                )
+            }));
+        }
+        Ok(invocation)
+    }
+
     /// What the policy would decide for a call, without running it (`None` when the call is
     /// malformed: dispatching it will explain why).
     pub fn preflight(&self, call: &ToolCall, env: &ToolEnv) -> Option<Decision> {
         let tool = self.get(&call.name)?;
         let args = Args::parse(&call.arguments).ok()?;
-        let invocation = tool.prepare(&args, env).ok()?;
+        let invocation = self.prepare(tool, &args, env).ok()?;
         Some(
             self.policy()
                 .decide(&call.name, &invocation.targets, &env.workspace),
@@ -323,7 +374,7 @@ impl Registry {
     pub fn ask_of(&self, call: &ToolCall, env: &ToolEnv) -> Option<(String, bool, Vec<String>)> {
         let tool = self.get(&call.name)?;
         let args = Args::parse(&call.arguments).ok()?;
-        let invocation = tool.prepare(&args, env).ok()?;
+        let invocation = self.prepare(tool, &args, env).ok()?;
         match self
             .policy()
             .decide(&call.name, &invocation.targets, &env.workspace)
@@ -380,7 +431,7 @@ impl Registry {
                 return done(format!("{name} was not run: {msg}"), Status::Error);
             }
         };
-        let invocation = match tool.prepare(&args, env) {
+        let invocation = match self.prepare(tool, &args, env) {
             Ok(inv) => inv,
             Err(ToolError::InvalidArguments(msg)) => {
                 return done(
@@ -434,8 +485,20 @@ impl Registry {
             }
             Decision::Allow { .. } => {}
         }
+        let deadline = tool.deadline(env);
         let result = tokio::select! {
-            r = GRANT.scope(grant, invocation.job) => r,
+            r = tokio::time::timeout(deadline, GRANT.scope(grant, invocation.job)) => match r {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!(tool = name, call_id = %call.id, secs = deadline.as_secs_f64(), "a tool call hit its deadline");
+                    Err(ToolError::Failed(format!(
+                        "it did not finish within its deadline of {} s and was abandoned; \
+                         whatever it was doing may be incomplete. Try a narrower call, or tell \
+                         the user what you were waiting for.",
+                        deadline.as_secs_f64(),
+                    )))
+                }
+            },
             _ = env.cancel.cancelled() => Err(ToolError::Failed("cancelled".into())),
         };
         match result {

@@ -101,7 +101,8 @@ impl Tool for CreateRuleBlock {
                     )));
                 }
                 super::edit::create(&env, &path, &rel, &text)?;
-                env.prompt.invalidate();
+                // On the job's blocking thread: the next run and this run's tools see it.
+                env.prompt.reload();
                 let when = match parsed.kind() {
                     crate::prompt::rules::Kind::Always => {
                         "it is added to every request".to_string()
@@ -156,7 +157,7 @@ impl Tool for RequestRule {
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let name = args.string("name")?;
-        let snap = env.prompt.snapshot();
+        let snap = env.prompt.latest();
         let Some(rule) = snap.rules.find(name.trim()) else {
             let names: Vec<String> = snap
                 .rules
@@ -164,12 +165,13 @@ impl Tool for RequestRule {
                 .map(|r| format!("\"{}\"", r.name))
                 .collect();
             return Err(ToolError::Failed(format!(
-                "Rule with name \"{name}\" not found or has no file path. Rules you can request: {}.",
+                "Rule with name \"{name}\" not found or has no file path. Rules you can request: {}.{}",
                 if names.is_empty() {
                     "none".into()
                 } else {
                     names.join(", ")
-                }
+                },
+                skipped_note(&snap.rules.warnings, name.trim())
             )));
         };
         let targets = match &rule.origin {
@@ -214,15 +216,19 @@ impl Tool for ReadSkill {
     }
     fn prepare(&self, args: &Args, env: &ToolEnv) -> Result<Invocation, ToolError> {
         let wanted = args.string("skillName")?;
-        let snap = env.prompt.snapshot();
+        let snap = env.prompt.latest();
         let Some(skill) = snap.skills.find(&wanted) else {
             let names: Vec<&str> = snap.skills.skills.iter().map(|s| s.name.as_str()).collect();
             return Err(ToolError::Failed(format!(
-                "Skill \"{wanted}\" not found. Available skills: {}",
+                "Skill \"{wanted}\" not found. Available skills: {}{}",
                 if names.is_empty() {
                     "none".into()
                 } else {
                     names.join(", ")
+                },
+                match skipped_note(&snap.skills.warnings, wanted.trim()) {
+                    note if note.is_empty() => note,
+                    note => format!(".{note}"),
                 }
             )));
         };
@@ -242,5 +248,21 @@ impl Tool for ReadSkill {
             targets,
             job: Box::pin(std::future::ready(Ok(text))),
         })
+    }
+}
+
+/// What loading said about files that name `wanted` (a skill's folder, a rule's file that
+/// is a named pipe or has bad front matter): the reason it is missing, when there is one.
+fn skipped_note(warnings: &[String], wanted: &str) -> String {
+    let hits: Vec<&str> = warnings
+        .iter()
+        .filter(|w| !wanted.is_empty() && w.contains(wanted))
+        .take(5)
+        .map(String::as_str)
+        .collect();
+    if hits.is_empty() {
+        String::new()
+    } else {
+        format!(" Not loaded: {}.", hits.join("; "))
     }
 }

@@ -42,6 +42,11 @@ impl Tool for ViewSubdirectory {
             }],
             job: blocking(move || {
                 let ws = &env.workspace;
+                if let Some(kind) = ws.special_kind(&path) {
+                    return Err(ToolError::Failed(format!(
+                        "\"{raw}\" is {kind}, not a directory; there is nothing to list in it."
+                    )));
+                }
                 if ws.open_dir(&path, &raw).is_err() || !ws.is_dir(&path) {
                     return Err(ToolError::Failed(format!(
                         "Directory path \"{raw}\" does not exist or is not accessible (paths are \

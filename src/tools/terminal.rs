@@ -35,6 +35,11 @@ impl Tool for RunTerminalCommand {
     fn name(&self) -> &'static str {
         "run_terminal_command"
     }
+    fn deadline(&self, env: &ToolEnv) -> std::time::Duration {
+        // The command has its own time limit (it is stopped and its output returned then);
+        // the snapshots and the guard around it get the usual call deadline on top.
+        env.terminal.config.timeout + env.config.call_timeout
+    }
     fn description(&self) -> &'static str {
         include_str!("descriptions/run_terminal_command.md")
     }
@@ -73,15 +78,73 @@ async fn snapshot(shadow: &Shadow) -> Result<String, String> {
         .map_err(|e| e.to_string())?
 }
 
-/// Scans the protected paths before a command (off the async threads). `None` (with a warning)
-/// when the scan cannot start; the command then runs with nothing held and the result says so.
-async fn capture_guard(env: &ToolEnv) -> Result<Guard, String> {
+/// What a command needs before it starts, prepared off the async threads.
+struct Setup {
+    /// The protected paths as they were (an error when the scan could not start: the command
+    /// then runs with nothing held and the result says so).
+    guard: Result<Guard, String>,
+    /// Its private temporary folder.
+    tmp: std::path::PathBuf,
+    /// What it gets read-only.
+    readonly: Vec<std::path::PathBuf>,
+}
+
+/// Scans the protected paths, makes the temporary folder and lists the read-only paths, on a
+/// blocking thread (the scan walks the protected entries; the folder is on disk).
+async fn set_up(env: &ToolEnv, held: bool) -> Result<Setup, ToolError> {
     let root = env.workspace.root().to_path_buf();
     let term = Arc::clone(&env.terminal);
-    tokio::task::spawn_blocking(move || Guard::capture(&root, &term.protected))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot scan the workspace for protected paths: {e}"))
+    let work = tokio::task::spawn_blocking(move || {
+        let guard = Guard::capture(&root, &term.protected)
+            .map_err(|e| format!("cannot scan the workspace for protected paths: {e}"));
+        let tmp = term
+            .temp_dir()
+            .map_err(|e| ToolError::Failed(format!("cannot create a temporary folder: {e}")))?;
+        let readonly = readonly_for(&term, &root, &guard, held);
+        Ok(Setup {
+            guard,
+            tmp,
+            readonly,
+        })
+    });
+    work.await
+        .map_err(|e| ToolError::Failed(format!("preparing the command failed: {e}")))?
+}
+
+/// After a command, on a blocking thread: its sandbox report, its temporary folder removed,
+/// and the protected paths settled (see [`settle_guard`]). Returns the report and the note.
+async fn clean_up(
+    env: &ToolEnv,
+    guard: Result<Guard, String>,
+    tmp: std::path::PathBuf,
+    held: bool,
+) -> (Option<crate::terminal::sandbox::Report>, String) {
+    let env = env.clone();
+    let work = tokio::task::spawn_blocking(move || {
+        let root = env.workspace.root().to_path_buf();
+        let report = Terminal::read_report(&tmp);
+        Terminal::remove_temp_dir(&tmp);
+        let note = match &guard {
+            Ok(g) => settle_guard(
+                &env,
+                g,
+                held,
+                &Terminal::bound_paths(report.as_ref(), &root),
+            ),
+            Err(e) => Report {
+                incomplete: Some(e.clone()),
+                ..Report::default()
+            }
+            .note(),
+        };
+        (report, note)
+    });
+    work.await.unwrap_or_else(|e| {
+        (
+            None,
+            format!("\n[The clean-up after the command failed: {e}]"),
+        )
+    })
 }
 
 /// What a command gets read-only: the protected paths that exist (when a person did not
@@ -234,22 +297,22 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
         None
     };
     let held = current_grant() != Grant::Person;
-    let guard = capture_guard(env).await;
-    let tmp = term
-        .temp_dir()
-        .map_err(|e| ToolError::Failed(format!("cannot create a temporary folder: {e}")))?;
-    let req = term.request(
-        command,
-        &root,
-        &tmp,
-        &readonly_for(term, &root, &guard, held),
-    );
-    let mut running = exec::start(&req).map_err(|e| {
-        ToolError::Failed(format!(
-            "cannot start the command ({e}); is {} executable?",
-            req.helper.display()
-        ))
-    })?;
+    let Setup {
+        guard,
+        tmp,
+        readonly,
+    } = set_up(env, held).await?;
+    let req = term.request(command, &root, &tmp, &readonly);
+    let mut running = match exec::start(&req) {
+        Ok(r) => r,
+        Err(e) => {
+            clean_up(env, guard, tmp, held).await;
+            return Err(ToolError::Failed(format!(
+                "cannot start the command ({e}); is {} executable?",
+                req.helper.display()
+            )));
+        }
+    };
     let ended = running
         .wait(req.timeout, req.idle_timeout, &env.cancel)
         .await;
@@ -259,17 +322,8 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
         .lock()
         .map(|c| c.render())
         .unwrap_or_default();
-    let report = running.report();
     drop(running);
-    Terminal::remove_temp_dir(&tmp);
-    let guard_note = match &guard {
-        Ok(g) => settle_guard(env, g, held, &Terminal::bound_paths(report.as_ref(), &root)),
-        Err(e) => Report {
-            incomplete: Some(e.clone()),
-            ..Report::default()
-        }
-        .note(),
-    };
+    let (report, guard_note) = clean_up(env, guard, tmp, held).await;
     if ended == Ended::Cancelled {
         return Err(ToolError::Failed("cancelled".into()));
     }
@@ -355,18 +409,19 @@ async fn background(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
         None
     };
     let held = current_grant() != Grant::Person;
-    let guard = capture_guard(env).await;
-    let tmp = term
-        .temp_dir()
-        .map_err(|e| ToolError::Failed(format!("cannot create a temporary folder: {e}")))?;
-    let req = term.request(
-        command,
-        &root,
-        &tmp,
-        &readonly_for(&term, &root, &guard, held),
-    );
-    let running = exec::start(&req)
-        .map_err(|e| ToolError::Failed(format!("cannot start the command ({e})")))?;
+    let Setup {
+        guard,
+        tmp,
+        readonly,
+    } = set_up(env, held).await?;
+    let req = term.request(command, &root, &tmp, &readonly);
+    let running = match exec::start(&req) {
+        Ok(r) => r,
+        Err(e) => {
+            clean_up(env, guard, tmp, held).await;
+            return Err(ToolError::Failed(format!("cannot start the command ({e})")));
+        }
+    };
     let end_env = env.clone();
     let end_root = root.clone();
     let job = term.jobs.spawn(

@@ -175,7 +175,7 @@ fn render_part(
     end = crate::text::floor_char_boundary(text, end);
     if end < text.len() {
         // Prefer ending at a paragraph, else a line, in the last quarter of the part.
-        let part = &text[start..end];
+        let part = text.get(start..end).unwrap_or_default();
         let floor = part.len() * 3 / 4;
         if let Some(p) = part.rfind("\n\n").filter(|&p| p >= floor) {
             end = start + p + 2;
@@ -190,8 +190,9 @@ fn render_part(
             }
         }
     }
-    out.push_str(text[start..end].trim_end());
-    let end_chars = offset + text[start..end].chars().count();
+    let part = text.get(start..end).unwrap_or_default();
+    out.push_str(part.trim_end());
+    let end_chars = offset + part.chars().count();
     if end < text.len() || offset > 0 {
         out.push_str(&format!(
             "\n\n[fetch_url_content: this is characters {offset}–{end_chars} of {total_chars} \

@@ -41,6 +41,8 @@ struct CallAcc {
     index: Option<i64>,
     name: String,
     arguments: String,
+    /// A `type` other than `function`.
+    kind: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -120,8 +122,12 @@ impl Accumulator {
                 if event == Some("error") {
                     return Err(UpstreamError::InStream(trimmed.to_string()));
                 }
-                tracing::warn!(error = %e, data = %preview(trimmed), "skipping an upstream chunk that is not JSON");
-                Ok(())
+                // A chunk that cannot be read may have carried text or a tool call: going on
+                // without it would hand the client a damaged answer as if it were whole.
+                Err(UpstreamError::Garbled(format!(
+                    "{e}; it sent: {}",
+                    preview(trimmed)
+                )))
             }
         }
     }
@@ -277,12 +283,12 @@ impl Accumulator {
     }
 
     fn tool_call_delta(&mut self, c: &Value, whole: bool) {
-        if c.get("type")
+        // A call of another type (`custom`, …) is kept, so the model is told it did not run
+        // rather than never hearing of it; its name and input are where that type puts them.
+        let kind = c
+            .get("type")
             .and_then(Value::as_str)
-            .is_some_and(|t| t != "function")
-        {
-            return;
-        }
+            .filter(|t| *t != "function" && !t.is_empty());
         let id = c
             .get("id")
             .and_then(|v| match v {
@@ -325,11 +331,20 @@ impl Accumulator {
         if call.index.is_none() {
             call.index = index;
         }
-        let Some(f) = c.get("function") else { return };
+        if let Some(k) = kind {
+            call.kind.get_or_insert_with(|| k.to_string());
+        }
+        let Some(f) = c
+            .get("function")
+            .or_else(|| kind.and_then(|k| c.get(k)))
+            .filter(|f| f.is_object())
+        else {
+            return;
+        };
         if let Some(name) = f.get("name").and_then(Value::as_str) {
             merge_name(&mut call.name, name);
         }
-        match f.get("arguments") {
+        match f.get("arguments").or_else(|| f.get("input")) {
             Some(Value::String(s)) => {
                 // A server that repeats the whole arguments string must not double it.
                 let repeat = !call.arguments.is_empty()
@@ -367,15 +382,19 @@ impl Accumulator {
         }
         round.tool_calls = calls
             .into_iter()
-            .filter(|c| !c.name.is_empty())
+            .filter(|c| !c.name.is_empty() || c.kind.is_some())
             .map(|c| ToolCall {
                 id: c.id.unwrap_or_else(invent_id),
-                name: c.name,
+                name: match (c.name.is_empty(), &c.kind) {
+                    (true, Some(k)) => k.clone(),
+                    _ => c.name,
+                },
                 arguments: if c.arguments.trim().is_empty() {
                     "{}".to_string()
                 } else {
                     c.arguments
                 },
+                kind: c.kind,
             })
             .chain(text_calls.calls)
             .collect();
@@ -551,6 +570,7 @@ mod tests {
             id: id.into(),
             name: name.into(),
             arguments: args.into(),
+            kind: None,
         }
     }
 
@@ -881,13 +901,17 @@ mod tests {
     }
 
     #[test]
-    fn garbage_chunks_are_skipped() {
+    fn a_chunk_that_is_not_json_breaks_the_round() {
         let s = [
-            "data: not json\n\n".to_string(),
             chunk(r#"{"content":"ok"}"#),
+            "data: not json\n\n".to_string(),
             finish("stop"),
         ]
         .concat();
-        assert_eq!(run(&s).unwrap().0.content, "ok");
+        let e = run(&s).unwrap_err().to_string();
+        assert!(
+            e.contains("not JSON") && e.contains("it sent: not json"),
+            "{e}"
+        );
     }
 }

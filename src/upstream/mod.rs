@@ -46,6 +46,8 @@ pub enum UpstreamError {
     InStream(String),
     #[error("{0}")]
     Truncated(String),
+    #[error("the upstream sent a chunk that is not JSON ({0})")]
+    Garbled(String),
     #[error("reading the upstream response failed: {0}")]
     Body(String),
     #[error("the upstream response is larger than {0} bytes")]
@@ -61,6 +63,7 @@ impl UpstreamError {
             UpstreamError::Status { status, .. } => format!("http_{status}"),
             UpstreamError::InStream(_) => "in_stream".into(),
             UpstreamError::Truncated(_) => "truncated".into(),
+            UpstreamError::Garbled(_) => "garbled".into(),
             UpstreamError::Body(_) => "body".into(),
             UpstreamError::TooLarge(_) => "too_large".into(),
         }
@@ -71,6 +74,7 @@ impl UpstreamError {
         match self {
             UpstreamError::Connect { .. }
             | UpstreamError::Truncated(_)
+            | UpstreamError::Garbled(_)
             | UpstreamError::Body(_) => true,
             UpstreamError::Status { status, .. } => *status == 429 || *status >= 500,
             UpstreamError::Timeout { phase, .. } => *phase == "accept the connection",

@@ -42,8 +42,27 @@ pub struct Endpoint {
     pub upstream: Upstream,
     /// `None` for the demo model.
     pub cfg: Option<UpstreamConfig>,
-    /// Context windows found out so far, by model (`None`: the upstream does not say).
+    /// Context windows found out so far, by model (`None`: the upstream does not say). The
+    /// names come from clients: at most [`MAX_WINDOWS`] are kept.
     windows: Mutex<HashMap<String, Option<u64>>>,
+}
+
+/// Most model names whose context window an endpoint remembers (a catch-all upstream is
+/// asked about any name a client sends).
+const MAX_WINDOWS: usize = 256;
+/// Longer names are no model's: their window is neither asked for nor kept.
+const MAX_MODEL_NAME: usize = 256;
+
+/// Remembers `model`'s window in `windows`, making room when it is full.
+fn remember(windows: &Mutex<HashMap<String, Option<u64>>>, model: &str, window: Option<u64>) {
+    let Ok(mut w) = windows.lock() else { return };
+    if w.len() >= MAX_WINDOWS && !w.contains_key(model) {
+        // Any entry: a forgotten window is only asked for again.
+        if let Some(k) = w.keys().next().cloned() {
+            w.remove(&k);
+        }
+    }
+    w.insert(model.to_string(), window);
 }
 
 impl Endpoint {
@@ -60,6 +79,9 @@ impl Endpoint {
         if let Some(known) = self.windows.lock().ok().and_then(|w| w.get(model).copied()) {
             return known;
         }
+        if model.len() > MAX_MODEL_NAME {
+            return None;
+        }
         let found = match &self.upstream {
             Upstream::Http(h) => h.discover_context_window(model).await,
             Upstream::Demo => None,
@@ -75,9 +97,7 @@ impl Endpoint {
                  in its config section to let toolpilot keep requests within it"
             ),
         }
-        if let Ok(mut w) = self.windows.lock() {
-            w.insert(model.to_string(), found);
-        }
+        remember(&self.windows, model, found);
         found
     }
 }
@@ -85,8 +105,8 @@ impl Endpoint {
 impl Endpoint {
     /// Remembers a window the upstream named in an error.
     pub fn learn_window(&self, model: &str, tokens: u64) {
-        if let Ok(mut w) = self.windows.lock() {
-            w.insert(model.to_string(), Some(tokens));
+        if model.len() <= MAX_MODEL_NAME {
+            remember(&self.windows, model, Some(tokens));
         }
     }
 }
@@ -345,5 +365,24 @@ impl Upstreams {
             return Err(f);
         }
         Ok(json!({"object": "list", "data": data}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_windows_remembered_are_bounded() {
+        let windows = Mutex::default();
+        for i in 0..3 * MAX_WINDOWS {
+            remember(&windows, &format!("model-{i}"), Some(4096));
+        }
+        let w = windows.lock().unwrap();
+        assert_eq!(w.len(), MAX_WINDOWS);
+        assert_eq!(
+            w.get(&format!("model-{}", 3 * MAX_WINDOWS - 1)),
+            Some(&Some(4096))
+        );
     }
 }

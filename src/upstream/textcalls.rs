@@ -131,15 +131,22 @@ impl TextCalls {
             }
             if self.in_other_fence {
                 match find_fence_line(&self.held, self.at_line_start) {
-                    Some((start, end)) => {
-                        let _ = start;
+                    // Backticks at the very end, their line not finished: more may follow on
+                    // it (```` ```n ````), which would make it no closing fence. Undecided.
+                    Some((start, end)) if !at_end && !self.held[..end].ends_with('\n') => {
+                        self.release(out, start);
+                        return;
+                    }
+                    Some((_, end)) => {
                         self.release(out, end);
                         self.in_other_fence = false;
                         continue;
                     }
                     None => {
-                        // Release all but a possible partial fence at the end.
-                        let keep = partial_fence_tail(&self.held);
+                        // Release all but a possible partial fence at the end (at the start
+                        // of what is held too, when the text released so far ends a line:
+                        // the closing fence may arrive one backtick at a time).
+                        let keep = partial_fence_tail_at_line(&self.held, self.at_line_start);
                         let upto = self.held.len() - keep;
                         self.release(out, upto);
                         if at_end {
@@ -315,6 +322,7 @@ impl TextCalls {
             id: super::accumulate::invent_id(),
             name: name.to_string(),
             arguments,
+            kind: None,
         })
     }
 
@@ -353,6 +361,7 @@ impl TextCalls {
             id: super::accumulate::invent_id(),
             name,
             arguments: Value::Object(args).to_string(),
+            kind: None,
         }])
     }
 }
@@ -443,11 +452,6 @@ fn partial_fence_tail_at_line(s: &str, at_line_start: bool) -> usize {
         }
     }
     0
-}
-
-/// A possible partial closing fence (backticks after a newline) at the end.
-fn partial_fence_tail(s: &str) -> usize {
-    partial_fence_tail_at_line(s, false)
 }
 
 #[cfg(test)]
@@ -585,5 +589,21 @@ mod tests {
         let mut f = TextCalls::new(names());
         assert_eq!(f.push("a <b"), "a <b");
         assert_eq!(f.push("x <tool_"), "x ");
+    }
+
+    /// Found by `fuzz::the_text_tool_call_parser_never_panics_and_any_split_gives_the_same_answer`:
+    /// the closing fence of an ordinary block, cut after its first backtick, was released as
+    /// text and never seen to close the block, so the tool block after it stayed text.
+    #[test]
+    fn a_closing_fence_cut_after_its_first_backtick_still_closes_the_block() {
+        let (shown, calls) = run("```\n```\n```tool\nTOOL_NAME: read_file\n```");
+        assert_eq!(shown, "```\n```\n");
+        assert_eq!(calls, [("read_file".to_string(), "{}".to_string())]);
+        // And backticks at the end of a chunk are no closing fence until their line ends:
+        // ```` ```n ```` does not close the block, so the tool block is inside it.
+        let text = "```\n```n\n```tool\nTOOL_NAME: read_file\n```";
+        let (shown, calls) = run(text);
+        assert_eq!(shown, text);
+        assert!(calls.is_empty());
     }
 }

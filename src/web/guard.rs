@@ -279,6 +279,12 @@ fn classify_v4(ip: Ipv4Addr) -> Option<&'static str> {
             "a cloud metadata service (Oracle Cloud)",
         ),
         (
+            [168, 63, 129, 16],
+            32,
+            "Azure's wire server, a cloud metadata service (it hands out the machine's \
+             configuration and certificates)",
+        ),
+        (
             [0, 0, 0, 0],
             8,
             "an unspecified (\"this network\") address, which reaches this machine",
@@ -526,6 +532,8 @@ mod tests {
         check("100.64.0.1", Some("carrier-grade NAT"));
         check("100.127.255.255", Some("carrier-grade NAT"));
         check("100.100.100.200", Some("Alibaba"));
+        check("168.63.129.16", Some("Azure's wire server"));
+        check("168.63.129.17", None);
         check("0.0.0.0", Some("unspecified"));
         check("0.1.2.3", Some("unspecified"));
         check("224.0.0.1", Some("multicast"));
@@ -593,6 +601,8 @@ mod tests {
             "http://169.254.169.254/latest/meta-data/",
             "http://metadata.google.internal/computeMetadata/v1/",
             "http://[fd00:ec2::254]/",
+            "http://168.63.129.16/machine?comp=goalstate",
+            "http://[::ffff:168.63.129.16]/",
         ] {
             let got = url_check(&g, url);
             assert!(

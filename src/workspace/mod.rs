@@ -8,6 +8,11 @@
 //! one between a check and an open, is refused by the kernel rather than by a string test.
 //! Nothing here decides *whether* an access is allowed; that is `policy`'s job.
 
+// Slicing a string or a slice at an unchecked index panics on input someone else chose (a
+// path of multi-byte characters, a short line): use `get`, `split_at_checked`, iterators or
+// the char-boundary helpers of `text` instead.
+#![cfg_attr(not(test), deny(clippy::string_slice, clippy::indexing_slicing))]
+
 pub mod names;
 pub mod nofollow;
 pub mod walk;
@@ -108,6 +113,11 @@ pub enum PathError {
     IsDirectory { raw: String },
     #[error("\"{raw}\" is a file, not a directory")]
     NotDirectory { raw: String },
+    #[error(
+        "\"{raw}\" is {kind}, not a regular file; only regular files are read or written, so \
+         nothing was done with it"
+    )]
+    NotRegular { raw: String, kind: &'static str },
     #[error("cannot open \"{raw}\": {source}")]
     Io { raw: String, source: io::Error },
 }
@@ -295,7 +305,14 @@ impl Workspace {
         let file = self
             .dir
             .open_with(&p.rel, &read_nonblocking())
-            .map_err(|e| self.io_error(raw, e))?
+            .map_err(|e| match self.special_kind(p) {
+                // A socket cannot be opened at all (ENXIO): say what it is, not the errno.
+                Some(kind) if !is_escape_error(&e) => PathError::NotRegular {
+                    raw: raw.to_string(),
+                    kind,
+                },
+                _ => self.io_error(raw, e),
+            })?
             .into_std();
         let meta = file.metadata().map_err(|e| self.io_error(raw, e))?;
         if meta.is_dir() {
@@ -304,21 +321,56 @@ impl Workspace {
             });
         }
         if !meta.is_file() {
-            return Err(PathError::Unusable {
+            return Err(PathError::NotRegular {
                 raw: raw.to_string(),
-                reason: "it is not a regular file (a FIFO, socket or device), and only regular \
-                         files are read"
-                    .into(),
+                kind: crate::bounded::file_kind(meta.file_type()),
             });
         }
         Ok(file)
     }
 
-    /// Opens a file a walk found, by its root-relative path, for reading. Unlike
-    /// [`Workspace::open_file`] it does not check the file type again (the walk just did); the
-    /// open is still confined beneath the root, so a path swapped for a link meanwhile is refused.
+    /// What `p` is when it exists and is neither a regular file nor a folder ("a named pipe
+    /// (FIFO)", "a socket", …), for messages; links inside the workspace are followed. Only
+    /// looks (no open), so it never blocks.
+    pub fn special_kind(&self, p: &WorkspacePath) -> Option<&'static str> {
+        if p.is_root() {
+            return None;
+        }
+        let t = self.dir.metadata(&p.rel).ok()?.file_type();
+        if t.is_file() || t.is_dir() {
+            return None;
+        }
+        use cap_std::fs::FileTypeExt;
+        Some(if t.is_fifo() {
+            "a named pipe (FIFO)"
+        } else if t.is_socket() {
+            "a socket"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else {
+            "a special file"
+        })
+    }
+
+    /// Opens a file a walk found, by its root-relative path, for reading: without blocking,
+    /// confined beneath the root (a path swapped for a link meanwhile is refused), and checked
+    /// on the handle to be a regular file (one swapped for a FIFO or a device meanwhile is
+    /// refused, with what it is).
     pub fn open_walked(&self, rel: &Path) -> io::Result<File> {
-        Ok(self.dir.open_with(rel, &read_nonblocking())?.into_std())
+        let file = self.dir.open_with(rel, &read_nonblocking())?.into_std();
+        let kind = file.metadata()?.file_type();
+        if !kind.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "it is {}, not a regular file",
+                    crate::bounded::file_kind(kind)
+                ),
+            ));
+        }
+        Ok(file)
     }
 
     /// Opens a directory beneath the root.
@@ -393,13 +445,14 @@ impl Workspace {
     }
 
     /// Regular files below a folder of the workspace (workspace-relative, sorted), following
-    /// no symbolic link; with whether some were left out past `max`.
+    /// no symbolic link; with whether some were left out past `max`, and the named pipes,
+    /// sockets and devices found there (not opened).
     pub fn files_below_nofollow(
         &self,
         rel: &Path,
         max_depth: usize,
         max: usize,
-    ) -> io::Result<(Vec<PathBuf>, bool)> {
+    ) -> io::Result<nofollow::Below> {
         nofollow::files_below(&self.dir, rel, max_depth, max)
     }
 
@@ -455,7 +508,7 @@ pub fn rel_under<'a>(root: &Path, abs: &'a Path) -> Option<&'a Path> {
     let rest = abs.strip_prefix(root)?;
     let rest = match rest.first() {
         None => rest,
-        Some(b'/') => &rest[1..],
+        Some(b'/') => rest.get(1..).unwrap_or_default(),
         // The root is `/` itself; otherwise the match stopped mid-name (`/ws` vs `/wsx`).
         Some(_) if root.ends_with(b"/") => rest,
         Some(_) => return None,
@@ -471,9 +524,13 @@ fn is_escape_error(e: &io::Error) -> bool {
             .contains("a path led outside of the filesystem")
 }
 
+/// `s` without `prefix`, compared ignoring ASCII case. `get` rather than slicing: the byte
+/// where the prefix would end may fall inside a character (`．．／…`, full-width dots and
+/// slashes of three bytes each), and slicing there panics.
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    if s.len() >= prefix.len() && s[..prefix.len()].eq_ignore_ascii_case(prefix) {
-        Some(&s[prefix.len()..])
+    let head = s.get(..prefix.len())?;
+    if head.eq_ignore_ascii_case(prefix) {
+        s.get(prefix.len()..)
     } else {
         None
     }
@@ -624,6 +681,10 @@ mod tests {
         check(&ws, &"a/".repeat(3000), Err("too long"));
         check(&ws, &"x".repeat(300), Err("too long"));
         check(&ws, "  ", Err("path is empty"));
+        // Full-width dots and slashes: three bytes each, so byte 7 (the length of
+        // `file://`) falls inside a character. They are ordinary name characters.
+        check(&ws, "．．／．．／etc", Ok("．．／．．／etc"));
+        check(&ws, "fil\u{e9}://x", Ok("fil\u{e9}:/x"));
     }
 
     #[test]

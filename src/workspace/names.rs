@@ -24,8 +24,8 @@ fn hfs_ignorable(c: char) -> bool {
 /// stay), lower-cased.
 pub fn fold_name(name: &str) -> String {
     let cleaned: String = name.chars().filter(|&c| !hfs_ignorable(c)).collect();
-    let base = match cleaned.find(':') {
-        Some(i) if i > 0 => &cleaned[..i],
+    let base = match cleaned.split_once(':') {
+        Some((head, _)) if !head.is_empty() => head,
         _ => cleaned.as_str(),
     };
     let trimmed = base.trim_end_matches(['.', ' ']);

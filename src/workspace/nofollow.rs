@@ -88,14 +88,17 @@ pub enum ReadError {
     Io(#[from] io::Error),
 }
 
+/// What a file of this type is, in the words of [`crate::bounded::file_kind`].
 fn describe(kind: FileType) -> &'static str {
     match kind {
+        FileType::RegularFile => "a regular file",
         FileType::Directory => "a folder",
-        FileType::Fifo => "a named pipe",
+        FileType::Fifo => "a named pipe (FIFO)",
         FileType::Socket => "a socket",
-        FileType::CharacterDevice | FileType::BlockDevice => "a device",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
         FileType::Symlink => "a symbolic link",
-        _ => "not a regular file",
+        _ => "a special file",
     }
 }
 
@@ -199,39 +202,51 @@ pub fn remove_at(dir: impl AsFd, name: &OsStr) -> io::Result<()> {
     Ok(rfs::unlinkat(dir, name, AtFlags::REMOVEDIR)?)
 }
 
+/// What [`files_below`] found.
+#[derive(Debug, Default)]
+pub struct Below {
+    /// Regular files (relative to the folder's `dir`), sorted, at most `max`.
+    pub files: Vec<std::path::PathBuf>,
+    /// Some files were left out past `max`.
+    pub cut: bool,
+    /// Named pipes, sockets and devices found (never opened), with what each is.
+    pub special: Vec<(std::path::PathBuf, &'static str)>,
+}
+
 /// Regular files below the folder `rel` beneath `dir` (relative to `dir`, sorted), at most
-/// `max_depth` folders deep and `max` files, following no link. Returns the files and
-/// whether some were left out.
-pub fn files_below(
-    dir: impl AsFd,
-    rel: &Path,
-    max_depth: usize,
-    max: usize,
-) -> io::Result<(Vec<std::path::PathBuf>, bool)> {
+/// `max_depth` folders deep and `max` files, following no link.
+pub fn files_below(dir: impl AsFd, rel: &Path, max_depth: usize, max: usize) -> io::Result<Below> {
     let top = match open_beneath(&dir, rel, OFlags::RDONLY | OFlags::DIRECTORY) {
         Ok(fd) => fd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), false)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Below::default()),
         Err(e) => return Err(e),
     };
-    let mut out = Vec::new();
+    let mut out = Below::default();
     let mut stack = vec![(top, rel.to_path_buf(), 0usize)];
     while let Some((fd, path, depth)) = stack.pop() {
         for (name, kind) in list_fd(&fd)? {
             match kind {
-                Kind::File => out.push(path.join(&name)),
+                Kind::File => out.files.push(path.join(&name)),
                 Kind::Dir if depth < max_depth => {
                     if let Ok(sub) = open_dir_at(&fd, &name) {
                         stack.push((sub, path.join(&name), depth + 1));
+                    }
+                }
+                Kind::Other if out.special.len() < 64 => {
+                    if let Ok(st) = rfs::statat(&fd, &name, AtFlags::SYMLINK_NOFOLLOW) {
+                        let what = describe(FileType::from_raw_mode(st.st_mode));
+                        out.special.push((path.join(&name), what));
                     }
                 }
                 _ => {}
             }
         }
     }
-    out.sort();
-    let cut = out.len() > max;
-    out.truncate(max);
-    Ok((out, cut))
+    out.files.sort();
+    out.special.sort();
+    out.cut = out.files.len() > max;
+    out.files.truncate(max);
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -261,12 +276,20 @@ mod tests {
                 .success()
         );
         let fd = rfs::open(&root, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
-        let (files, cut) = files_below(&fd, Path::new("rules"), 8, 100).unwrap();
+        let below = files_below(&fd, Path::new("rules"), 8, 100).unwrap();
+        let (files, cut) = (below.files, below.cut);
         assert_eq!(
             files,
             [Path::new("rules/a.md"), Path::new("rules/sub/b.md")]
         );
         assert!(!cut);
+        assert_eq!(
+            below.special,
+            [(
+                Path::new("rules/pipe.md").to_path_buf(),
+                "a named pipe (FIFO)"
+            )]
+        );
         assert_eq!(
             read_beneath(&fd, Path::new("rules/a.md"), 10).unwrap(),
             b"A"
@@ -285,7 +308,7 @@ mod tests {
         ));
         assert!(matches!(
             read_beneath(&fd, Path::new("rules/pipe.md"), 10),
-            Err(ReadError::NotRegular("a named pipe"))
+            Err(ReadError::NotRegular("a named pipe (FIFO)"))
         ));
         assert!(matches!(
             read_beneath(&fd, Path::new("rules/a.md"), 0),
@@ -295,7 +318,9 @@ mod tests {
             read_beneath(&fd, Path::new("../secret"), 10),
             Err(ReadError::Link | ReadError::Io(_))
         ));
-        let (none, _) = files_below(&fd, Path::new("alias"), 8, 100).unwrap_or_default();
+        let none = files_below(&fd, Path::new("alias"), 8, 100)
+            .unwrap_or_default()
+            .files;
         assert!(none.is_empty());
         remove_at(&fd, OsStr::new("rules")).unwrap();
         assert!(!root.join("rules").exists());

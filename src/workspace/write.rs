@@ -95,11 +95,25 @@ fn sync_dir(dir: &Dir) {
     }
 }
 
+/// Per-file locks kept before the idle ones are dropped.
+const MAX_IDLE_LOCKS: usize = 1024;
+
 impl Workspace {
-    /// The lock that serialises edits of one file (by its path in the workspace).
+    /// The lock that serialises edits of one file (by its path in the workspace). The table
+    /// keeps only locks someone holds once it is large: the model names the paths, and a
+    /// long-running server must not remember every one it ever edited.
     pub fn lock(&self, p: &WorkspacePath) -> Arc<Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        if locks.len() >= MAX_IDLE_LOCKS && !locks.contains_key(p.rel()) {
+            // Only the table holds an idle lock; a held one has another `Arc`.
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+        }
         Arc::clone(locks.entry(p.rel().to_path_buf()).or_default())
+    }
+
+    /// How many per-file locks the table holds now.
+    pub fn locks_held(&self) -> usize {
+        self.locks.lock().map_or(0, |l| l.len())
     }
 
     fn parent_dir(&self, parent: &Path, raw: &str) -> Result<Dir, PathError> {
@@ -358,5 +372,20 @@ mod tests {
         let e = ws.create_file(&p, b"x").unwrap_err().to_string();
         assert!(e.contains("symbolic link"), "{e}");
         assert!(!t.path().join("outside/x.txt").exists());
+    }
+
+    #[test]
+    fn the_lock_table_keeps_only_held_locks_once_it_is_large() {
+        let (_tmp, ws) = ws();
+        let held = ws.lock(&ws.resolve("held.txt").unwrap());
+        for i in 0..3 * MAX_IDLE_LOCKS {
+            let _ = ws.lock(&ws.resolve(&format!("f{i}.txt")).unwrap());
+        }
+        assert!(ws.locks_held() <= MAX_IDLE_LOCKS, "{}", ws.locks_held());
+        // The held lock is the same one: an edit that holds it still excludes others.
+        assert!(Arc::ptr_eq(
+            &held,
+            &ws.lock(&ws.resolve("held.txt").unwrap())
+        ));
     }
 }

@@ -24,13 +24,23 @@ fn toolpilot_with_nofile(soft: u32) -> Command {
     isolated(sh)
 }
 
-/// The tests decide the configuration; nothing leaks in from the developer's shell.
+/// The tests decide the configuration; nothing leaks in from the developer's shell, and
+/// nothing leaks out: home, state folder (the default `--state-dir`) and working directory
+/// (the default `--workspace`) are a temporary folder of the test binary, not the
+/// developer's.
 fn isolated(mut c: Command) -> Command {
+    static HOME: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     for (k, _) in std::env::vars() {
         if k.starts_with("TOOLPILOT_") || k == "OPENAI_API_KEY" || k == "RUST_LOG" {
             c.env_remove(k);
         }
     }
+    let home = HOME
+        .get_or_init(|| tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap())
+        .path();
+    c.env("HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"))
+        .current_dir(home);
     c.kill_on_drop(true);
     c
 }
@@ -708,4 +718,295 @@ async fn an_admin_token_from_the_environment_stays_out_of_logs_and_commands() {
         !(listening + &console + &log).contains(SECRET),
         "the log shows the token"
     );
+}
+
+/// PIDs of live processes whose command line is exactly `argv` (words joined by spaces).
+fn live_pids(argv: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let alive = std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .is_ok_and(|s| !s.contains(") Z "));
+            alive
+                && std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
+                    String::from_utf8_lossy(&c)
+                        .trim_end_matches('\0')
+                        .replace('\0', " ")
+                        == argv
+                })
+        })
+        .collect()
+}
+
+/// `toolpilot serve --yes` against the mock at `upstream`, with `[server]` settings; returns
+/// the process, its base URL and its log lines.
+async fn serve_for_shutdown(
+    upstream: &str,
+    server_toml: &str,
+    ws: &std::path::Path,
+    state: &std::path::Path,
+) -> (
+    Child,
+    String,
+    tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+) {
+    let cfg = state.join("toolpilot.toml");
+    std::fs::write(&cfg, format!("[server]\n{server_toml}\n")).unwrap();
+    let mut server = toolpilot()
+        .args([
+            "serve",
+            "--yes",
+            "--bind",
+            "127.0.0.1:0",
+            "--model",
+            "mock-model",
+            "--upstream",
+            upstream,
+            "--workspace",
+        ])
+        .arg(ws)
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--config")
+        .arg(&cfg)
+        .env("TOOLPILOT_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
+    let base = url_in(&wait_for_line(&mut lines, "listening on").await);
+    (server, base, lines)
+}
+
+fn sigterm(child: &Child) {
+    let ok = std::process::Command::new("kill")
+        .arg(child.id().unwrap().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+/// Reads a streamed response until the end, with a generous limit.
+async fn read_stream(r: reqwest::Response) -> StreamReply {
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let raw = tokio::time::timeout(Duration::from_secs(60), r.text())
+        .await
+        .expect("the stream did not end")
+        .unwrap();
+    parse_sse(status, headers, raw)
+}
+
+/// SIGTERM while a run streams: no new connection is accepted, and the run, finishing within
+/// the grace period, ends normally; then the server exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sigterm_a_run_in_flight_finishes_within_the_grace_period() {
+    let (_mock, mock_url, _mock_dir) = spawn_mock(json!({"rounds": [
+        {"text": "a slow but complete answer", "chunk_size": 4, "hold_after": 2}
+    ]}))
+    .await;
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let (mut server, base, mut lines) = serve_for_shutdown(
+        &mock_url,
+        "shutdown_grace_secs = 60",
+        ws.path(),
+        state.path(),
+    )
+    .await;
+    let mut stream = client()
+        .post(format!("{base}/chat/completions"))
+        .body(
+            json!({"model": "mock-model", "stream": true,
+                     "messages": [{"role": "user", "content": "x"}]})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    // The first text has arrived: the run is in flight, held by the mock.
+    let first = stream.chunk().await.unwrap().unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).contains("data:"),
+        "{first:?}"
+    );
+    sigterm(&server);
+    wait_for_line(&mut lines, "shutting down").await;
+    // New connections are refused while the run goes on.
+    let refused = eventually_async(|| async {
+        tokio::net::TcpStream::connect(base.trim_start_matches("http://").trim_end_matches("/v1"))
+            .await
+            .is_err()
+    })
+    .await;
+    assert!(
+        refused,
+        "the server still accepts connections after SIGTERM"
+    );
+    // The run finishes: the rest of the answer and [DONE].
+    let released = client()
+        .post(mock_url.replace("/v1", "/_mock/release"))
+        .send()
+        .await
+        .unwrap();
+    assert!(released.status().is_success());
+    let mut raw = String::from_utf8_lossy(&first).into_owned();
+    while let Some(c) = stream.chunk().await.unwrap() {
+        raw.push_str(&String::from_utf8_lossy(&c));
+    }
+    let st = parse_sse(200, Default::default(), raw);
+    assert_eq!(st.content(), "a slow but complete answer");
+    assert!(st.done_last, "{}", st.raw);
+    let status = tokio::time::timeout(Duration::from_secs(30), server.wait())
+        .await
+        .expect("serve did not exit after its runs finished")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+/// SIGTERM while runs wait on commands that outlast the grace period: each run ends with an
+/// error (an `error` event and no `[DONE]` when streamed, a 503 otherwise), its command's
+/// process tree is killed, the run record says why, and the server exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_grace_period_runs_end_with_an_error_and_their_commands_are_killed() {
+    let sleep = |id: &str| {
+        json!({"tool_calls": [{"id": id, "name": "run_terminal_command",
+                               "arguments": {"command": "sleep 31415"}}]})
+    };
+    let (_mock, mock_url, _mock_dir) = spawn_mock(json!({"rounds": [
+        sleep("s1"), sleep("s2"), {"text": "never"}, {"text": "never"}
+    ]}))
+    .await;
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let (mut server, base, mut lines) = serve_for_shutdown(
+        &mock_url,
+        "shutdown_grace_secs = 1",
+        ws.path(),
+        state.path(),
+    )
+    .await;
+    let streamed = tokio::spawn(
+        client()
+            .post(format!("{base}/chat/completions"))
+            .body(
+                json!({"model": "mock-model", "stream": true,
+                         "messages": [{"role": "user", "content": "x"}]})
+                .to_string(),
+            )
+            .send(),
+    );
+    assert!(
+        eventually(|| live_pids("sleep 31415").len() == 1).await,
+        "the first command did not start"
+    );
+    let plain = tokio::spawn(
+        client()
+            .post(format!("{base}/chat/completions"))
+            .body(ask("y").to_string())
+            .send(),
+    );
+    assert!(
+        eventually(|| live_pids("sleep 31415").len() == 2).await,
+        "the second command did not start"
+    );
+    sigterm(&server);
+    wait_for_line(&mut lines, "grace period is over").await;
+
+    let st = read_stream(streamed.await.unwrap().unwrap()).await;
+    assert_eq!(st.status, 200);
+    let err = st.error_message().expect("an error event");
+    assert!(err.contains("the server is shutting down"), "{err}");
+    assert!(!st.done, "{}", st.raw);
+    let r = to_reply(plain.await.unwrap().unwrap()).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert_eq!(r.body["error"]["code"], "server_shutting_down");
+
+    let status = tokio::time::timeout(Duration::from_secs(30), server.wait())
+        .await
+        .expect("serve did not exit")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        eventually(|| live_pids("sleep 31415").is_empty()).await,
+        "a command outlived its run: {:?}",
+        live_pids("sleep 31415")
+    );
+    // The run records were written before the exit.
+    let mut records = String::new();
+    for e in walk(state.path()) {
+        if e.ends_with("runs.jsonl") {
+            records.push_str(&std::fs::read_to_string(&e).unwrap());
+        }
+    }
+    assert_eq!(
+        records
+            .lines()
+            .filter(|l| l.contains("\"failed\"") && l.contains("shutting down"))
+            .count(),
+        2,
+        "{records}"
+    );
+}
+
+/// A second signal does not wait for the grace period: the server exits at once and its
+/// commands die with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_exits_at_once() {
+    let (_mock, mock_url, _mock_dir) = spawn_mock(json!({"rounds": [
+        {"tool_calls": [{"id": "s", "name": "run_terminal_command",
+                         "arguments": {"command": "sleep 31416"}}]},
+        {"text": "never"}
+    ]}))
+    .await;
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let (mut server, base, mut lines) = serve_for_shutdown(
+        &mock_url,
+        "shutdown_grace_secs = 600",
+        ws.path(),
+        state.path(),
+    )
+    .await;
+    let request = tokio::spawn(
+        client()
+            .post(format!("{base}/chat/completions"))
+            .body(ask("x").to_string())
+            .send(),
+    );
+    assert!(eventually(|| live_pids("sleep 31416").len() == 1).await);
+    sigterm(&server);
+    wait_for_line(&mut lines, "shutting down").await;
+    sigterm(&server);
+    let status = tokio::time::timeout(Duration::from_secs(30), server.wait())
+        .await
+        .expect("the second signal did not make serve exit")
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(
+        eventually(|| live_pids("sleep 31416").is_empty()).await,
+        "the command outlived the server"
+    );
+    // The client's connection was closed without an answer.
+    assert!(request.await.unwrap().is_err());
+}
+
+/// Every file below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
 }

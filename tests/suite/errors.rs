@@ -346,7 +346,11 @@ async fn a_hanging_upstream_times_out_with_504() {
     assert_eq!(st.content(), "abcd");
     let err = st.error_message().expect("an error event");
     assert!(err.contains("did not send the next part"), "{err}");
-    assert!(st.done_last);
+    assert!(
+        !st.done,
+        "a broken stream must not end with [DONE]: {}",
+        st.raw
+    );
     s.mock().release();
 }
 
@@ -382,7 +386,11 @@ async fn truncated_streams_are_retried_only_if_nothing_was_sent() {
     assert_eq!(st.content(), "partial ");
     let err = st.error_message().expect("an error event");
     assert!(err.contains("without a finish_reason or [DONE]"), "{err}");
-    assert!(st.done_last);
+    assert!(
+        !st.done,
+        "a broken stream must not end with [DONE]: {}",
+        st.raw
+    );
     assert_eq!(s.requests().len(), 1);
 }
 
@@ -404,14 +412,19 @@ async fn errors_inside_the_stream_and_garbage() {
     let st = s.chat_stream(ask("x")).await;
     assert_eq!(st.content(), "hello worl");
     assert!(st.raw.contains("model crashed"));
-    assert!(st.done_last);
+    assert!(
+        !st.done,
+        "a broken stream must not end with [DONE]: {}",
+        st.raw
+    );
 
     let s = TestServer::builder()
         .script(json!({"repeat_last": true, "rounds": [{"raw": ["data: this is not json\n\n", "garbage without framing"]}]}))
         .start()
         .await;
     let r = s.chat(ask("x")).await;
-    assert_error(&r, 502, "closed the stream before sending anything");
+    assert_error(&r, 502, "not JSON");
+    assert!(r.text.contains("this is not json"), "{}", r.text);
     assert_eq!(s.requests().len(), 3);
 }
 

@@ -13,6 +13,8 @@ mod console;
 mod edit_corpus;
 mod edits;
 mod errors;
+mod faults;
+mod fuzz;
 mod gateway;
 mod lazy_edits;
 mod passthrough;

@@ -102,11 +102,11 @@ async fn comments_and_none() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_progress_value_is_named() {
+    let dir = tempfile::tempdir().unwrap();
     let args = toolpilot::config::CommonArgs {
-        workspace: Some(std::env::temp_dir()),
+        workspace: Some(dir.path().to_path_buf()),
         ..Default::default()
     };
-    let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, "[server]\nprogress = \"loud\"\n").unwrap();
     let args = toolpilot::config::CommonArgs {

@@ -456,9 +456,12 @@ async fn read_skill_finds_skills_in_every_folder_with_their_supporting_files() {
         "{}",
         out[2]
     );
+    // Why a skill of that name is missing, when loading said.
     assert_eq!(
         out[3],
-        "read_skill failed: Skill \"broken\" not found. Available skills: pdf, deploy, review"
+        "read_skill failed: Skill \"broken\" not found. Available skills: pdf, deploy, review. \
+         Not loaded: .continue/skills/broken/SKILL.md was skipped: its front matter has no \
+         `description` (required, non-empty)."
     );
     let (_, desc) = offered(&s, 0)
         .into_iter()

@@ -269,6 +269,7 @@ async fn a_client_that_disconnects_kills_the_whole_process_tree() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sandbox_confines_writes_and_network() {
+    let escape = format!("/tmp/toolpilot-escape-test-{}", std::process::id());
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -279,27 +280,27 @@ async fn the_sandbox_confines_writes_and_network() {
         .file("ok.txt", "ok\n")
         .script(json!({"rounds": [{"tool_calls": [
             {"id": "out", "name": "run_terminal_command", "arguments": {"command": "touch ../escaped.txt; echo $?"}},
-            {"id": "tmp", "name": "run_terminal_command", "arguments": {"command": "touch /tmp/toolpilot-escape-test-file; echo made > $TMPDIR/ok && cat $TMPDIR/ok"}},
+            {"id": "tmp", "name": "run_terminal_command", "arguments": {"command": format!("touch {escape}; echo made > $TMPDIR/ok && cat $TMPDIR/ok")}},
             {"id": "in", "name": "run_terminal_command", "arguments": {"command": "echo inside > inside.txt && cat inside.txt"}},
             {"id": "net", "name": "run_terminal_command", "arguments": {"command": format!("curl -sS --max-time 5 http://127.0.0.1:{port}/")}},
             {"id": "hook", "name": "run_terminal_command", "arguments": {"command": "d=.git/hooks; mkdir -p $d && echo 'echo pwned' > $d/pre-commit"}}
         ]}, {"text": "done"}]}))
         .start()
         .await;
+    // Without Landlock nothing is sandboxed, and under --yes these commands would really
+    // write outside the test's folder: they are not sent then (the fallback itself is tested
+    // in `without_a_sandbox_commands_ask`).
+    if lacks(landlock(&s).await, Needs::Landlock(1)) {
+        return;
+    }
     let r = s.chat(ask("go")).await;
     assert_eq!(r.status, 200);
     let reqs = s.requests();
     let res = |id: &str| tool_result(&reqs[1], id);
-    if !landlock(&s).await {
-        // Without Landlock nothing is sandboxed, so nothing ran without approval… but --yes
-        // was given; the fallback itself is tested in `without_a_sandbox_commands_ask`.
-        eprintln!("Landlock is not available here: skipping the confinement assertions");
-        return;
-    }
     assert!(res("out").contains("Permission denied"), "{}", res("out"));
     assert!(!s.dir.path().join("escaped.txt").exists());
     assert!(res("tmp").contains("made"), "{}", res("tmp"));
-    assert!(!std::path::Path::new("/tmp/toolpilot-escape-test-file").exists());
+    assert!(!std::path::Path::new(&escape).exists());
     assert!(res("in").contains("inside"), "{}", res("in"));
     assert!(
         res("net").contains("Failed to connect")
@@ -341,7 +342,7 @@ async fn a_small_project_builds_and_tests_inside_the_sandbox() {
         "{out}"
     );
     assert!(s.path("adder").exists());
-    if landlock(&s).await {
+    if !lacks(landlock(&s).await, Needs::Landlock(1)) {
         assert!(out.contains("sandbox: Landlock ABI"), "{out}");
     }
 }

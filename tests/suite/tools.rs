@@ -1008,7 +1008,7 @@ async fn reading_a_fifo_is_refused_not_waited_on() {
     .expect("reading a FIFO hung");
     assert_eq!(
         out,
-        "read_file failed: \"pipe\" is not a usable path: it is not a regular file (a FIFO, \
-         socket or device), and only regular files are read"
+        "read_file failed: \"pipe\" is a named pipe (FIFO), not a regular file; only regular \
+         files are read or written, so nothing was done with it"
     );
 }

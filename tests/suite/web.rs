@@ -634,6 +634,7 @@ async fn every_spelling_of_loopback_and_metadata_is_refused() {
         "http://metadata.google.internal/computeMetadata/v1/".to_string(),
         "http://[::ffff:169.254.169.254]/".to_string(),
         "http://[64:ff9b::a9fe:a9fe]/".to_string(),
+        "http://168.63.129.16/machine?comp=goalstate".to_string(),
     ];
     let args: Vec<Value> = urls.iter().map(|u| json!(u)).collect();
     // fetch_url_content is allowed by the policy; only the guard stands in the way.
@@ -669,6 +670,7 @@ async fn every_spelling_of_loopback_and_metadata_is_refused() {
         "{}",
         out[16]
     );
+    assert!(out[17].contains("Azure's wire server"), "{}", out[17]);
     assert!(
         s.hits().is_empty(),
         "the guard let a request through: {:?}",

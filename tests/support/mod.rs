@@ -654,3 +654,41 @@ pub async fn dead_address() -> String {
     drop(l);
     format!("http://{addr}/v1")
 }
+
+/// A sandbox feature a test needs from the kernel.
+#[derive(Debug, Clone, Copy)]
+pub enum Needs {
+    /// Landlock at this ABI or later (6 brings the signal and abstract-socket scopes).
+    Landlock(u32),
+    /// A namespace toolpilot can give a command: `"mount"`, `"network"`, or `"user"` (an
+    /// unprivileged server's user namespace).
+    Namespace(&'static str),
+}
+
+/// Whether a test must stop because this machine lacks what it needs (`have` is false); it
+/// says so on stderr. Where the machine is known to have it, the test fails instead of
+/// stopping, so the sandbox tests cannot be skipped silently: `.ci/run` sets
+/// `TOOLPILOT_REQUIRE_LANDLOCK` to the kernel's Landlock ABI (`1` requires any) and
+/// `TOOLPILOT_REQUIRE_NAMESPACES` to the namespaces a command can get (`mount,network,user`).
+#[track_caller]
+pub fn lacks(have: bool, needs: Needs) -> bool {
+    if have {
+        return false;
+    }
+    let required = match needs {
+        Needs::Landlock(abi) => std::env::var("TOOLPILOT_REQUIRE_LANDLOCK")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .is_some_and(|have| have >= abi),
+        Needs::Namespace(name) => std::env::var("TOOLPILOT_REQUIRE_NAMESPACES")
+            .is_ok_and(|v| v.split(',').any(|n| n.trim() == name)),
+    };
+    if required {
+        panic!(
+            "this test needs {needs:?}, which toolpilot did not find, although \
+             TOOLPILOT_REQUIRE_LANDLOCK / TOOLPILOT_REQUIRE_NAMESPACES say this machine has it"
+        );
+    }
+    eprintln!("skipping: this machine lacks {needs:?}");
+    true
+}

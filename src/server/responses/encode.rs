@@ -617,6 +617,7 @@ mod tests {
             id: id.into(),
             name: name.into(),
             arguments: args.into(),
+            kind: None,
         }
     }
 
