@@ -277,10 +277,10 @@ pub fn rules_for(tool: &str, targets: &[Target]) -> Vec<String> {
         };
         let mut rules: Vec<String> = Vec::new();
         for part in &parts {
-            if let Some(rule) = command_rule(part) {
-                if !rules.contains(&rule) {
-                    rules.push(rule);
-                }
+            if let Some(rule) = command_rule(part)
+                && !rules.contains(&rule)
+            {
+                rules.push(rule);
             }
         }
         return rules;

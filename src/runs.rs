@@ -231,21 +231,21 @@ impl Runs {
             o.extend(f);
         }
         let bytes = Bytes::from(serde_json::to_vec(&ev).unwrap_or_default());
-        if let Ok(mut r) = self.recent.lock() {
-            if let Some(live) = r.0.get_mut(id) {
-                apply(&mut live.summary, &ev);
-                if live.events.len() < EVENTS_PER_RUN {
-                    live.events.push(bytes.clone());
-                }
-                if let Some(tx) = &live.tx {
-                    let _ = tx.send(bytes.clone());
-                }
+        if let Ok(mut r) = self.recent.lock()
+            && let Some(live) = r.0.get_mut(id)
+        {
+            apply(&mut live.summary, &ev);
+            if live.events.len() < EVENTS_PER_RUN {
+                live.events.push(bytes.clone());
+            }
+            if let Some(tx) = &live.tx {
+                let _ = tx.send(bytes.clone());
             }
         }
-        if let Some(w) = &self.unwritten {
-            if let Ok(mut w) = w.lock() {
-                w.push(bytes);
-            }
+        if let Some(w) = &self.unwritten
+            && let Ok(mut w) = w.lock()
+        {
+            w.push(bytes);
         }
     }
 
@@ -527,10 +527,10 @@ pub fn read_file_runs(path: &Path, only: Option<&str>) -> HashMap<String, (Summa
             let Ok(line) = std::str::from_utf8(&buf) else {
                 continue;
             };
-            if let Some(id) = only {
-                if !line.contains(id) {
-                    continue;
-                }
+            if let Some(id) = only
+                && !line.contains(id)
+            {
+                continue;
             }
             let Ok(ev) = serde_json::from_str::<Value>(line) else {
                 continue;

@@ -113,13 +113,12 @@ pub fn to_text(messages: &[Value], tools_prompt: &str) -> Vec<Value> {
 /// Appends user text, merged into a user message just before it (tool results of one round
 /// become one message; templates that insist on alternating roles accept that).
 fn push_user(out: &mut Vec<Value>, text: String) {
-    if let Some(last) = out.last_mut() {
-        if last.get("role").and_then(Value::as_str) == Some("user") {
-            if let Some(prev) = last.get("content").and_then(Value::as_str) {
-                last["content"] = Value::String(format!("{prev}\n\n{text}"));
-                return;
-            }
-        }
+    if let Some(last) = out.last_mut()
+        && last.get("role").and_then(Value::as_str) == Some("user")
+        && let Some(prev) = last.get("content").and_then(Value::as_str)
+    {
+        last["content"] = Value::String(format!("{prev}\n\n{text}"));
+        return;
     }
     out.push(json!({"role": "user", "content": text}));
 }

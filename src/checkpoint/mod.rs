@@ -346,10 +346,10 @@ impl Store {
             }
         }
         for d in m.dirs_created.iter().rev() {
-            if let Ok(p) = ws.recorded(d) {
-                if ws.remove_dir_if_empty(&p) {
-                    report.dirs_removed.push(p.display());
-                }
+            if let Ok(p) = ws.recorded(d)
+                && ws.remove_dir_if_empty(&p)
+            {
+                report.dirs_removed.push(p.display());
             }
         }
         m.undone = Some(now());

@@ -895,10 +895,10 @@ impl CodeIndex {
                 // at the depth limit are not read here, so not watched either: that they are
                 // not is how an update recognises a new folder.
                 let read = depth.is_none_or(|d| entry.depth() < d);
-                if let Some(w) = keeper.watches.as_mut().filter(|_| read) {
-                    if let Err(GiveUp(why)) = w.add(&rel) {
-                        self.give_up(keeper, why);
-                    }
+                if let Some(w) = keeper.watches.as_mut().filter(|_| read)
+                    && let Err(GiveUp(why)) = w.add(&rel)
+                {
+                    self.give_up(keeper, why);
                 }
                 folders.insert(rel);
                 continue;
@@ -1132,10 +1132,10 @@ fn keep(index: Weak<CodeIndex>, rx: Receiver<Msg>, for_watches: SyncSender<Msg>)
             None if keeper.writer.is_some() => match rx.recv_timeout(WRITER_IDLE) {
                 Ok(m) => Some(m),
                 Err(RecvTimeoutError::Timeout) => {
-                    if let Some(w) = keeper.writer.take() {
-                        if let Err(e) = w.wait_merging_threads() {
-                            tracing::warn!(error = %e, "codebase index: merging segments failed");
-                        }
+                    if let Some(w) = keeper.writer.take()
+                        && let Err(e) = w.wait_merging_threads()
+                    {
+                        tracing::warn!(error = %e, "codebase index: merging segments failed");
                     }
                     continue;
                 }

@@ -363,10 +363,11 @@ impl Walker<'_> {
             end_line: n.end_position().row + 1,
             depth,
         });
-        if depth == 0 && self.spec.containers.contains(&kind) {
-            if let Some(body) = n.child_by_field_name("body") {
-                self.children(body, depth + 1, out);
-            }
+        if depth == 0
+            && self.spec.containers.contains(&kind)
+            && let Some(body) = n.child_by_field_name("body")
+        {
+            self.children(body, depth + 1, out);
         }
     }
 
@@ -422,23 +423,23 @@ impl Walker<'_> {
             "declaration" | "field_declaration" => {
                 // A prototype (`int f(void);`, a method declared in a class), or a type
                 // defined inside the declaration (`struct s { … } x;`).
-                if let Some(t) = n.child_by_field_name("type") {
-                    if matches!(
+                if let Some(t) = n.child_by_field_name("type")
+                    && matches!(
                         t.kind(),
                         "struct_specifier"
                             | "union_specifier"
                             | "enum_specifier"
                             | "class_specifier"
-                    ) && t.child_by_field_name("body").is_some()
-                    {
-                        let kind = match t.kind() {
-                            "union_specifier" => "union",
-                            "enum_specifier" => "enum",
-                            "class_specifier" => "class",
-                            _ => "struct",
-                        };
-                        return self.name_of(t, kind, depth);
-                    }
+                    )
+                    && t.child_by_field_name("body").is_some()
+                {
+                    let kind = match t.kind() {
+                        "union_specifier" => "union",
+                        "enum_specifier" => "enum",
+                        "class_specifier" => "class",
+                        _ => "struct",
+                    };
+                    return self.name_of(t, kind, depth);
                 }
                 let d = n.child_by_field_name("declarator")?;
                 let f = find_function_declarator(d)?;

@@ -325,10 +325,10 @@ fn relevant(ev: &notify::Event, skip: Option<&Path>) -> bool {
     if ev.need_rescan() {
         return true;
     }
-    if let EventKind::Access(a) = ev.kind {
-        if a != AccessKind::Close(AccessMode::Write) {
-            return false;
-        }
+    if let EventKind::Access(a) = ev.kind
+        && a != AccessKind::Close(AccessMode::Write)
+    {
+        return false;
     }
     ev.paths.iter().any(|p| {
         if skip.is_some_and(|s| p.starts_with(s)) {
@@ -376,10 +376,10 @@ impl Batch {
             self.lapse("the system's event queue overflowed".into());
             return;
         }
-        if let EventKind::Access(a) = ev.kind {
-            if a != AccessKind::Close(AccessMode::Write) {
-                return;
-            }
+        if let EventKind::Access(a) = ev.kind
+            && a != AccessKind::Close(AccessMode::Write)
+        {
+            return;
         }
         for p in &ev.paths {
             let Some(rel) = rel_under(root, p) else {

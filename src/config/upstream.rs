@@ -342,18 +342,18 @@ fn aliases(
             },
             AliasFile::Target { model, upstream } => Alias { model, upstream },
         };
-        if let Some(up) = &target.upstream {
-            if !names.contains(up) {
-                return Err(err(format!(
-                    "aliases.{alias}.upstream: {up:?} is not a configured upstream; \
+        if let Some(up) = &target.upstream
+            && !names.contains(up)
+        {
+            return Err(err(format!(
+                "aliases.{alias}.upstream: {up:?} is not a configured upstream; \
                      configured: {}",
-                    if names.is_empty() {
-                        "none".to_string()
-                    } else {
-                        names.join(", ")
-                    }
-                )));
-            }
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            )));
         }
         if target.model.trim().is_empty() {
             return Err(err(format!("aliases.{alias}: the model name is empty")));

@@ -542,10 +542,10 @@ async fn embeddings(State(shared): State<Arc<Shared>>, body: Bytes) -> Response 
                 .into_response();
         }
     };
-    if shared.script.record {
-        if let Ok(mut log) = shared.embedding_log.lock() {
-            log.push(req.clone());
-        }
+    if shared.script.record
+        && let Ok(mut log) = shared.embedding_log.lock()
+    {
+        log.push(req.clone());
     }
     let data: Vec<Value> = inputs
         .iter()
@@ -596,10 +596,10 @@ fn set_outcome(shared: &Shared, i: usize, outcome: &str) {
     if i == usize::MAX {
         return;
     }
-    if let Ok(mut log) = shared.log.lock() {
-        if let Some(r) = log.get_mut(i) {
-            r.outcome = outcome.to_string();
-        }
+    if let Ok(mut log) = shared.log.lock()
+        && let Some(r) = log.get_mut(i)
+    {
+        r.outcome = outcome.to_string();
     }
     save_record(shared);
 }
@@ -712,10 +712,10 @@ async fn chat(
             axum::Json(json!({"error": {"message": msg, "type": "mock_error", "code": status}})),
         )
             .into_response();
-        if let Some(ra) = round.retry_after {
-            if let Ok(v) = axum::http::HeaderValue::from_str(&format!("{ra}")) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
+        if let Some(ra) = round.retry_after
+            && let Ok(v) = axum::http::HeaderValue::from_str(&format!("{ra}"))
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
         return resp;
     }
@@ -742,15 +742,15 @@ async fn chat(
     let stream = futures_util::stream::unfold(
         state,
         |(mut it, sent, mut guard, round, shared)| async move {
-            if let Some(limit) = round.hold_after {
-                if sent == limit {
+            if let Some(limit) = round.hold_after
+                && sent == limit
+            {
+                let released = shared.released.lock().map(|r| *r).unwrap_or(true);
+                if !released {
+                    let notified = shared.release.notified();
                     let released = shared.released.lock().map(|r| *r).unwrap_or(true);
                     if !released {
-                        let notified = shared.release.notified();
-                        let released = shared.released.lock().map(|r| *r).unwrap_or(true);
-                        if !released {
-                            notified.await;
-                        }
+                        notified.await;
                     }
                 }
             }
@@ -934,13 +934,13 @@ pub fn sse_pieces(round: &ScriptRound, model: &str) -> Vec<String> {
     }
     let mut pieces: Vec<String> = Vec::new();
     for c in &chunks {
-        if let Some(ea) = &round.error_after {
-            if pieces.len() == ea.chunks {
-                pieces.push(wrap(
-                    &json!({"error": {"message": ea.message, "type": "server_error"}}),
-                ));
-                return pieces;
-            }
+        if let Some(ea) = &round.error_after
+            && pieces.len() == ea.chunks
+        {
+            pieces.push(wrap(
+                &json!({"error": {"message": ea.message, "type": "server_error"}}),
+            ));
+            return pieces;
         }
         if q.comments {
             pieces.push(format!(": mock comment{eol}{eol}"));

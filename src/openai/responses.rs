@@ -179,10 +179,10 @@ impl ResponsesRequest {
                 .push(json!({"role": "system", "content": text}));
         }
         conv.input(f.take("input"), previous_response_id.is_some())?;
-        if previous_response_id.is_none() {
-            if let Some((i, id)) = conv.unmatched.first() {
-                return Err(unmatched_output(*i, id, false));
-            }
+        if previous_response_id.is_none()
+            && let Some((i, id)) = conv.unmatched.first()
+        {
+            return Err(unmatched_output(*i, id, false));
         }
         let rest = f.rest();
         if !rest.is_empty() {
@@ -370,10 +370,10 @@ fn options(
     let text = f.object("text", "an object such as {\"format\":{\"type\":\"text\"}}")?;
     let mut shown = text.clone().unwrap_or_default();
     if let Some(text) = &text {
-        if let Some(format) = text.get("format").filter(|f| !f.is_null()) {
-            if let Some(rf) = map_text_format(format)? {
-                chat.insert("response_format".into(), rf);
-            }
+        if let Some(format) = text.get("format").filter(|f| !f.is_null())
+            && let Some(rf) = map_text_format(format)?
+        {
+            chat.insert("response_format".into(), rf);
         }
         let verbosity = str_at(
             "text.verbosity",
@@ -415,10 +415,10 @@ fn options(
         }
     }
     for key in IGNORED_FIELDS {
-        if let Some(v) = f.remove(key) {
-            if matches!(*key, "truncation" | "max_tool_calls" | "top_logprobs") {
-                echo.insert((*key).into(), v);
-            }
+        if let Some(v) = f.remove(key)
+            && matches!(*key, "truncation" | "max_tool_calls" | "top_logprobs")
+        {
+            echo.insert((*key).into(), v);
         }
     }
     echo.entry("truncation")
@@ -655,14 +655,15 @@ impl Conversation {
         if role == "assistant" {
             // Consecutive assistant messages (an answer split by a reasoning item) are one
             // message to a chat model.
-            if let Some(last) = self.messages.last_mut() {
-                if last["role"] == "assistant" && last.get("tool_calls").is_none() {
-                    let add = content.as_str().unwrap_or_default();
-                    let prev = last["content"].as_str().unwrap_or_default();
-                    let joined = join_text(prev, add);
-                    last["content"] = Value::from(joined);
-                    return Ok(());
-                }
+            if let Some(last) = self.messages.last_mut()
+                && last["role"] == "assistant"
+                && last.get("tool_calls").is_none()
+            {
+                let add = content.as_str().unwrap_or_default();
+                let prev = last["content"].as_str().unwrap_or_default();
+                let joined = join_text(prev, add);
+                last["content"] = Value::from(joined);
+                return Ok(());
             }
         }
         self.messages
@@ -676,19 +677,19 @@ impl Conversation {
         self.calls.insert(call_id.to_string());
         let call = json!({"id": call_id, "type": "function",
                           "function": {"name": name, "arguments": arguments}});
-        if let Some(last) = self.messages.last_mut() {
-            if last["role"] == "assistant" {
-                match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
-                    Some(calls) => calls.push(call),
-                    None => {
-                        if last["content"].as_str().is_some_and(str::is_empty) {
-                            last["content"] = Value::Null;
-                        }
-                        last["tool_calls"] = json!([call]);
+        if let Some(last) = self.messages.last_mut()
+            && last["role"] == "assistant"
+        {
+            match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                Some(calls) => calls.push(call),
+                None => {
+                    if last["content"].as_str().is_some_and(str::is_empty) {
+                        last["content"] = Value::Null;
                     }
+                    last["tool_calls"] = json!([call]);
                 }
-                return;
             }
+            return;
         }
         self.messages
             .push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
@@ -1010,19 +1011,20 @@ fn member_spec(
     kinds: &mut HashMap<String, ToolShape>,
 ) -> Result<Value, RequestError> {
     // The chat shape, sent by mistake, is understood too (at the top level).
-    if kind == "function" && namespace.is_none() {
-        if let Some(Value::Object(f)) = o.get("function") {
-            if f.get("name")
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-            {
-                return Err(RequestError::invalid(
-                    &format!("{param}.function.name"),
-                    format!("{param}.function needs `name`"),
-                ));
-            }
-            return Ok(Value::Object(o.clone()));
+    if kind == "function"
+        && namespace.is_none()
+        && let Some(Value::Object(f)) = o.get("function")
+    {
+        if f.get("name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            return Err(RequestError::invalid(
+                &format!("{param}.function.name"),
+                format!("{param}.function needs `name`"),
+            ));
         }
+        return Ok(Value::Object(o.clone()));
     }
     let name = tool_name(o, param)?;
     let chat_name = match namespace {

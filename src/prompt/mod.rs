@@ -117,12 +117,11 @@ impl Prompt {
 
     /// The current snapshot: the cached one when it is younger than [`SNAPSHOT_TTL`].
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        if let Ok(c) = self.cache.lock() {
-            if let Some((at, snap)) = c.as_ref() {
-                if at.elapsed() < SNAPSHOT_TTL {
-                    return Arc::clone(snap);
-                }
-            }
+        if let Ok(c) = self.cache.lock()
+            && let Some((at, snap)) = c.as_ref()
+            && at.elapsed() < SNAPSHOT_TTL
+        {
+            return Arc::clone(snap);
         }
         let snap = Arc::new(self.load());
         if let Ok(mut c) = self.cache.lock() {
@@ -533,10 +532,11 @@ pub fn touched_files(ws: &Workspace, messages: &[Value]) -> Vec<String> {
                     };
                     for (k, v) in &map {
                         let key = k.to_ascii_lowercase();
-                        if (key.contains("path") || key == "file") && !key.contains("dir") {
-                            if let Some(s) = v.as_str() {
-                                add(s, false);
-                            }
+                        if (key.contains("path") || key == "file")
+                            && !key.contains("dir")
+                            && let Some(s) = v.as_str()
+                        {
+                            add(s, false);
                         }
                     }
                 }

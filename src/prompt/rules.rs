@@ -197,23 +197,23 @@ impl Rules {
     /// `<global>/rules/**/*.md`, in that order (files sorted by path).
     pub fn load(ws: &Workspace, global: Option<&Path>, agents_md: bool) -> Rules {
         let mut out = Rules::default();
-        if agents_md {
-            if let Some(text) = read_small_ws(ws, Path::new("AGENTS.md"), &mut out.warnings) {
-                let body = frontmatter::split(&text).1.trim().to_string();
-                if !body.is_empty() {
-                    out.rules.push(Rule {
-                        name: "AGENTS.md".into(),
-                        description: None,
-                        globs: Vec::new(),
-                        regex: Vec::new(),
-                        always_apply: Some(true),
-                        body,
-                        origin: Origin::Workspace("AGENTS.md".into()),
-                        include: Vec::new(),
-                        exclude: Vec::new(),
-                        patterns: Vec::new(),
-                    });
-                }
+        if agents_md
+            && let Some(text) = read_small_ws(ws, Path::new("AGENTS.md"), &mut out.warnings)
+        {
+            let body = frontmatter::split(&text).1.trim().to_string();
+            if !body.is_empty() {
+                out.rules.push(Rule {
+                    name: "AGENTS.md".into(),
+                    description: None,
+                    globs: Vec::new(),
+                    regex: Vec::new(),
+                    always_apply: Some(true),
+                    body,
+                    origin: Origin::Workspace("AGENTS.md".into()),
+                    include: Vec::new(),
+                    exclude: Vec::new(),
+                    patterns: Vec::new(),
+                });
             }
         }
         let local = Path::new(".continue/rules");

@@ -127,22 +127,22 @@ pub async fn respond<W: Wire>(
     }
     let mut plain = headers.plain;
     let prefix = state.server.plain_prefix.as_str();
-    if let Some(model) = req.model.as_deref() {
-        if let Some(rest) = model.strip_prefix(prefix) {
-            req.model = Some(rest.to_string());
-            plain = true;
-        }
+    if let Some(model) = req.model.as_deref()
+        && let Some(rest) = model.strip_prefix(prefix)
+    {
+        req.model = Some(rest.to_string());
+        plain = true;
     }
-    if headers.detach {
-        if let Err(why) = state.engine.detached.room() {
-            return ApiError::new(
-                axum::http::StatusCode::TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                why,
-            )
-            .with_code("too_many_detached_runs")
-            .into_response();
-        }
+    if headers.detach
+        && let Err(why) = state.engine.detached.room()
+    {
+        return ApiError::new(
+            axum::http::StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            why,
+        )
+        .with_code("too_many_detached_runs")
+        .into_response();
     }
     let stream = req.stream;
     let progress_shown = matches!(state.server.progress, Progress::Reasoning | Progress::Text);

@@ -113,18 +113,18 @@ pub fn run(args: &[OsString]) -> ExitCode {
             .collect();
         report.crowded = p.crowded.iter().map(|c| c.display().to_string()).collect();
     }
-    if let Some(path) = &spec.report {
-        if let Ok(text) = serde_json::to_string(&report) {
-            let _ = std::fs::write(path, text);
-        }
+    if let Some(path) = &spec.report
+        && let Ok(text) = serde_json::to_string(&report)
+    {
+        let _ = std::fs::write(path, text);
     }
-    if let (Some(n), Some(plan)) = (spec.landlock_abi, &plan) {
-        if let Err(e) = restrict(&spec, n, plan) {
-            return fail(
-                126,
-                &format!("cannot enforce Landlock ({e}); the command was not run"),
-            );
-        }
+    if let (Some(n), Some(plan)) = (spec.landlock_abi, &plan)
+        && let Err(e) = restrict(&spec, n, plan)
+    {
+        return fail(
+            126,
+            &format!("cannot enforce Landlock ({e}); the command was not run"),
+        );
     }
     if let Some(n) = spec.nofile {
         let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);

@@ -196,10 +196,10 @@ impl Marks {
             if fields.get(3).and_then(|s| s.parse::<u32>().ok()) == Some(r.pid) {
                 return true;
             }
-            if let Some(ns) = r.netns {
-                if std::fs::metadata(format!("{dir}/ns/net")).is_ok_and(|m| m.ino() == ns) {
-                    return true;
-                }
+            if let Some(ns) = r.netns
+                && std::fs::metadata(format!("{dir}/ns/net")).is_ok_and(|m| m.ino() == ns)
+            {
+                return true;
             }
         }
         std::fs::read(format!("{dir}/environ")).is_ok_and(|env| {

@@ -586,11 +586,9 @@ impl Guard {
             // A changed file is kept aside (a folder that is still a folder stays: its entries
             // are looked at one by one).
             let keep_aside = a.is_some_and(|a| !(a.kind == Kind::Dir && b.kind == Kind::Dir));
-            if keep_aside {
-                if let Err(why) = stash.take(&self.root_fd, rel) {
-                    report.kept.push(format!("{shown} ({why})"));
-                    continue;
-                }
+            if keep_aside && let Err(why) = stash.take(&self.root_fd, rel) {
+                report.kept.push(format!("{shown} ({why})"));
+                continue;
             }
             match self.put_back(rel, b) {
                 Ok(()) => report.restored.push(shown),

@@ -257,23 +257,21 @@ fn repo_map(env: &ToolEnv) -> Result<String, ToolError> {
         }
         let rel = walk::rel_display(ws, entry.path());
         let mut block = String::new();
-        if !paths_only {
-            if let Some(lang) = Lang::of(entry.path()) {
-                let text = ws
-                    .rel_of(entry.path())
-                    .and_then(|r| ws.open_walked(r).ok())
-                    .and_then(|f| {
-                        use std::io::Read;
-                        let mut s = String::new();
-                        f.take(MAX_PARSE_BYTES as u64).read_to_string(&mut s).ok()?;
-                        Some(s)
-                    });
-                let syms = text.map(|t| symbols::symbols(lang, &t)).unwrap_or_default();
-                if !syms.is_empty() {
-                    block.push_str(&format!("{rel}:\n"));
-                    for s in &syms {
-                        block.push_str(&format!("{}{}\n", "  ".repeat(s.depth + 1), s.signature));
-                    }
+        if !paths_only && let Some(lang) = Lang::of(entry.path()) {
+            let text = ws
+                .rel_of(entry.path())
+                .and_then(|r| ws.open_walked(r).ok())
+                .and_then(|f| {
+                    use std::io::Read;
+                    let mut s = String::new();
+                    f.take(MAX_PARSE_BYTES as u64).read_to_string(&mut s).ok()?;
+                    Some(s)
+                });
+            let syms = text.map(|t| symbols::symbols(lang, &t)).unwrap_or_default();
+            if !syms.is_empty() {
+                block.push_str(&format!("{rel}:\n"));
+                for s in &syms {
+                    block.push_str(&format!("{}{}\n", "  ".repeat(s.depth + 1), s.signature));
                 }
             }
         }

@@ -107,15 +107,15 @@ fn edit_file(
     let snap = ws
         .read_for_edit(&target, raw)
         .map_err(|e| path_error(raw, e))?;
-    if let Some(seen) = env.seen.get(&target) {
-        if seen != snap.version {
-            return Err(ToolError::Failed(format!(
-                "{} changed since this conversation last read or wrote it (now {} bytes). Read \
+    if let Some(seen) = env.seen.get(&target)
+        && seen != snap.version
+    {
+        return Err(ToolError::Failed(format!(
+            "{} changed since this conversation last read or wrote it (now {} bytes). Read \
                  it again and base the edit on its current content.",
-                target.display(),
-                snap.version.len
-            )));
-        }
+            target.display(),
+            snap.version.len
+        )));
     }
     let file = TextFile::decode(&snap.bytes)
         .map_err(|why| ToolError::Failed(format!("{} was not changed: {why}", target.display())))?;
@@ -944,12 +944,12 @@ fn unfence(s: &str) -> String {
     let t = s.trim();
     if let Some(rest) = t.strip_prefix("```") {
         let split = rest.split_once('\n');
-        if let (Some((info, after)), true) = (split, rest.ends_with("```")) {
-            if !info.contains('`') {
-                let body = after.strip_suffix("```").unwrap_or(after);
-                if !body.contains("\n```") {
-                    return body.strip_suffix('\n').unwrap_or(body).to_string() + "\n";
-                }
+        if let (Some((info, after)), true) = (split, rest.ends_with("```"))
+            && !info.contains('`')
+        {
+            let body = after.strip_suffix("```").unwrap_or(after);
+            if !body.contains("\n```") {
+                return body.strip_suffix('\n').unwrap_or(body).to_string() + "\n";
             }
         }
     }

@@ -109,11 +109,11 @@ pub(crate) fn list(
             }
             shown.push(s);
         }
-        if total >= MAX_COUNT || (total % 256 == 0 && Instant::now() > deadline) {
+        if total >= MAX_COUNT || (total.is_multiple_of(256) && Instant::now() > deadline) {
             timed_out = total < MAX_COUNT;
             break;
         }
-        if total % 256 == 0 && env.cancel.is_cancelled() {
+        if total.is_multiple_of(256) && env.cancel.is_cancelled() {
             return Err(ToolError::Failed("cancelled".into()));
         }
     }

@@ -157,10 +157,10 @@ pub fn spec_json(tool: &dyn Tool) -> serde_json::Value {
 /// The spec sent upstream for a tool, with its generated description when it has one.
 pub fn spec_json_for(tool: &dyn Tool, snapshot: &crate::prompt::Snapshot) -> serde_json::Value {
     let mut spec = spec_json(tool);
-    if let Some(d) = tool.dynamic_description(snapshot) {
-        if let Some(f) = spec.get_mut("function").and_then(|f| f.as_object_mut()) {
-            f.insert("description".into(), serde_json::Value::String(d));
-        }
+    if let Some(d) = tool.dynamic_description(snapshot)
+        && let Some(f) = spec.get_mut("function").and_then(|f| f.as_object_mut())
+    {
+        f.insert("description".into(), serde_json::Value::String(d));
     }
     spec
 }
@@ -187,10 +187,10 @@ pub fn fit_budget(text: String, budget: usize, how_to_get_more: &str) -> String 
         return text;
     }
     let mut cut = floor_char_boundary(&text, budget);
-    if let Some(nl) = text.get(..cut).and_then(|t| t.rfind('\n')) {
-        if nl > budget / 2 {
-            cut = nl + 1;
-        }
+    if let Some(nl) = text.get(..cut).and_then(|t| t.rfind('\n'))
+        && nl > budget / 2
+    {
+        cut = nl + 1;
     }
     let head = text.get(..cut).unwrap_or_default();
     let shown_lines = head.lines().count();

@@ -69,7 +69,8 @@ impl Tool for ViewSubdirectory {
                     if files.len() < max {
                         files.push(walk::rel_display(ws, entry.path()));
                     }
-                    if total % 256 == 0 && (Instant::now() > deadline || env.cancel.is_cancelled())
+                    if total.is_multiple_of(256)
+                        && (Instant::now() > deadline || env.cancel.is_cancelled())
                     {
                         break;
                     }

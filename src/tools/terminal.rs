@@ -362,14 +362,14 @@ async fn foreground(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
             out.push_str(&note);
         }
     }
-    if !matches!(ended, Ended::Exited(0)) {
-        if let Some(p) = looks_like_prompt(&output) {
-            out.push_str(&format!(
-                "\n[The command seems to have asked for input (\"{p}\"). Commands run without a \
+    if !matches!(ended, Ended::Exited(0))
+        && let Some(p) = looks_like_prompt(&output)
+    {
+        out.push_str(&format!(
+            "\n[The command seems to have asked for input (\"{p}\"). Commands run without a \
                  terminal and with empty input: pass the answer as an argument or a flag such as \
                  --yes, or set it in the environment.]"
-            ));
-        }
+        ));
     }
     out.push_str(&guard_note);
     match before {
@@ -443,12 +443,11 @@ async fn background(env: &ToolEnv, command: &str) -> Result<String, ToolError> {
             if !note.is_empty() {
                 tracing::warn!(note = %note.trim(), "a background job touched protected paths");
             }
-            if let Some(b) = before {
-                if let Ok(a) = end_env.shadow.snapshot() {
-                    if let Err(e) = record_changes(&end_env, &b, &a) {
-                        tracing::warn!(error = %e, "cannot record a background job's changes");
-                    }
-                }
+            if let Some(b) = before
+                && let Ok(a) = end_env.shadow.snapshot()
+                && let Err(e) = record_changes(&end_env, &b, &a)
+            {
+                tracing::warn!(error = %e, "cannot record a background job's changes");
             }
             note
         },

@@ -183,12 +183,11 @@ fn render_part(
             end = start + p + 1;
         }
     }
-    if offset == 0 {
-        if let Some(title) = &doc.title {
-            if !text.trim_start().starts_with('#') {
-                out.push_str(&format!("# {title}\n\n"));
-            }
-        }
+    if offset == 0
+        && let Some(title) = &doc.title
+        && !text.trim_start().starts_with('#')
+    {
+        out.push_str(&format!("# {title}\n\n"));
     }
     let part = text.get(start..end).unwrap_or_default();
     out.push_str(part.trim_end());

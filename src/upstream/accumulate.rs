@@ -151,17 +151,18 @@ impl Accumulator {
             if ch.message.is_some() || ch.index.is_some_and(|i| i != 0) {
                 return false;
             }
-            if let Some(d) = &ch.delta {
-                if d.tool_calls.is_some() || d.function_call.is_some() {
-                    return false;
-                }
+            if let Some(d) = &ch.delta
+                && (d.tool_calls.is_some() || d.function_call.is_some())
+            {
+                return false;
             }
         }
         self.chunks += 1;
-        if let Some(m) = &c.model {
-            if self.round.model.is_none() && !m.is_empty() {
-                self.round.model = Some(m.to_string());
-            }
+        if let Some(m) = &c.model
+            && self.round.model.is_none()
+            && !m.is_empty()
+        {
+            self.round.model = Some(m.to_string());
         }
         if let Some(u) = c.usage {
             let mut usage = Usage {
@@ -175,10 +176,10 @@ impl Accumulator {
             self.round.usage = Some(usage);
         }
         let Some(ch) = choice else { return true };
-        if let Some(fr) = &ch.finish_reason {
-            if !fr.is_empty() {
-                self.round.finish_reason = Some(fr.to_string());
-            }
+        if let Some(fr) = &ch.finish_reason
+            && !fr.is_empty()
+        {
+            self.round.finish_reason = Some(fr.to_string());
         }
         let Some(d) = &ch.delta else { return true };
         for r in [&d.reasoning_content, &d.reasoning].into_iter().flatten() {
@@ -187,13 +188,13 @@ impl Accumulator {
                 out.push(Piece::Reasoning(r.to_string()));
             }
         }
-        if let Some(text) = &d.content {
-            if !text.is_empty() {
-                let shown = self.text_calls.push(text);
-                if !shown.is_empty() {
-                    self.round.content.push_str(&shown);
-                    out.push(Piece::Content(shown));
-                }
+        if let Some(text) = &d.content
+            && !text.is_empty()
+        {
+            let shown = self.text_calls.push(text);
+            if !shown.is_empty() {
+                self.round.content.push_str(&shown);
+                out.push(Piece::Content(shown));
             }
         }
         true
@@ -212,10 +213,11 @@ impl Accumulator {
             return Err(UpstreamError::InStream(error_message(v)));
         }
         self.chunks += 1;
-        if let Some(m) = v.get("model").and_then(Value::as_str) {
-            if self.round.model.is_none() && !m.is_empty() {
-                self.round.model = Some(m.to_string());
-            }
+        if let Some(m) = v.get("model").and_then(Value::as_str)
+            && self.round.model.is_none()
+            && !m.is_empty()
+        {
+            self.round.model = Some(m.to_string());
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             let mut usage = Usage {
@@ -242,10 +244,10 @@ impl Accumulator {
         let Some(choice) = choice else {
             return Ok(());
         };
-        if let Some(fr) = choice.get("finish_reason").and_then(Value::as_str) {
-            if !fr.is_empty() {
-                self.round.finish_reason = Some(fr.to_string());
-            }
+        if let Some(fr) = choice.get("finish_reason").and_then(Value::as_str)
+            && !fr.is_empty()
+        {
+            self.round.finish_reason = Some(fr.to_string());
         }
         // `message` is a non-streamed response (or a server that sends whole messages).
         let (delta, whole) = match (choice.get("delta"), choice.get("message")) {
@@ -254,11 +256,11 @@ impl Accumulator {
             _ => return Ok(()),
         };
         for key in ["reasoning_content", "reasoning"] {
-            if let Some(r) = delta.get(key).and_then(Value::as_str) {
-                if !r.is_empty() {
-                    self.round.reasoning.push_str(r);
-                    out.push(Piece::Reasoning(r.to_string()));
-                }
+            if let Some(r) = delta.get(key).and_then(Value::as_str)
+                && !r.is_empty()
+            {
+                self.round.reasoning.push_str(r);
+                out.push(Piece::Reasoning(r.to_string()));
             }
         }
         let text = crate::text::content_text(delta.get("content"), "");

@@ -54,12 +54,11 @@ pub fn respond(request: &Value) -> Vec<String> {
             prompt_tokens,
         );
     }
-    if let (Some(listing), None) = (&ls_result, &readme_result) {
-        if offered.contains(&"read_file") {
-            if let Some(readme) = find_readme(listing) {
-                return tool_call_round("read_file", json!({"filepath": readme}), prompt_tokens);
-            }
-        }
+    if let (Some(listing), None) = (&ls_result, &readme_result)
+        && offered.contains(&"read_file")
+        && let Some(readme) = find_readme(listing)
+    {
+        return tool_call_round("read_file", json!({"filepath": readme}), prompt_tokens);
     }
 
     let mut answer = String::from(BANNER);

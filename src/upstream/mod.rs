@@ -413,24 +413,22 @@ impl HttpUpstream {
                 train = m.pointer("/meta/n_ctx_train").and_then(Value::as_u64);
             }
         }
-        if let Ok(url) = self.root.join("props") {
-            if let Some(n) = self.json_of(&url, None).await.and_then(|v| {
+        if let Ok(url) = self.root.join("props")
+            && let Some(n) = self.json_of(&url, None).await.and_then(|v| {
                 v.pointer("/default_generation_settings/n_ctx")
                     .and_then(Value::as_u64)
-            }) {
-                return Some(n);
-            }
+            })
+        {
+            return Some(n);
         }
-        if let Ok(url) = self.root.join(&format!("api/v0/models/{model}")) {
-            if let Some(v) = self.json_of(&url, None).await {
-                if let Some(n) = v
-                    .get("loaded_context_length")
-                    .or_else(|| v.get("max_context_length"))
-                    .and_then(Value::as_u64)
-                {
-                    return Some(n);
-                }
-            }
+        if let Ok(url) = self.root.join(&format!("api/v0/models/{model}"))
+            && let Some(v) = self.json_of(&url, None).await
+            && let Some(n) = v
+                .get("loaded_context_length")
+                .or_else(|| v.get("max_context_length"))
+                .and_then(Value::as_u64)
+        {
+            return Some(n);
         }
         train
     }
@@ -672,20 +670,21 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
         .get("retry-after-ms")
         .and_then(|v| v.to_str().ok())
         .and_then(|s| s.trim().parse::<f64>().ok())
+        && ms.is_finite()
+        && ms >= 0.0
     {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
-        }
+        return Some(Duration::from_secs_f64(ms / 1000.0));
     }
     let v = headers
         .get(reqwest::header::RETRY_AFTER)?
         .to_str()
         .ok()?
         .trim();
-    if let Ok(secs) = v.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Some(Duration::from_secs_f64(secs));
-        }
+    if let Ok(secs) = v.parse::<f64>()
+        && secs.is_finite()
+        && secs >= 0.0
+    {
+        return Some(Duration::from_secs_f64(secs));
     }
     let when = httpdate::parse_http_date(v).ok()?;
     Some(

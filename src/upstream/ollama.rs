@@ -130,14 +130,13 @@ fn native_messages(messages: &[Value]) -> Vec<Value> {
                     .collect();
                 out.insert("tool_calls".into(), Value::Array(calls));
             }
-            if role == "tool" {
-                if let Some(name) = m
+            if role == "tool"
+                && let Some(name) = m
                     .get("tool_call_id")
                     .and_then(Value::as_str)
                     .and_then(|id| names.get(id))
-                {
-                    out.insert("tool_name".into(), json!(name));
-                }
+            {
+                out.insert("tool_name".into(), json!(name));
             }
             Value::Object(out)
         })

@@ -46,10 +46,10 @@ pub fn window_in_message(message: &str) -> Option<u64> {
                 .take_while(|c| c.is_ascii_digit() || *c == ',')
                 .filter(char::is_ascii_digit)
                 .collect();
-            if let Ok(n) = digits.parse::<u64>() {
-                if n >= 256 {
-                    return Some(n);
-                }
+            if let Ok(n) = digits.parse::<u64>()
+                && n >= 256
+            {
+                return Some(n);
             }
         }
     }

@@ -213,10 +213,10 @@ impl Upstreams {
         }
         let Some(requested) = requested.map(str::trim).filter(|m| !m.is_empty()) else {
             // Without a name, an upstream that always sends its own model can still answer.
-            if let Some(i) = self.catch_all {
-                if let Some(m) = self.endpoints[i].cfg.as_ref().and_then(|c| c.model.clone()) {
-                    return Ok(self.at(i, &m, &m));
-                }
+            if let Some(i) = self.catch_all
+                && let Some(m) = self.endpoints[i].cfg.as_ref().and_then(|c| c.model.clone())
+            {
+                return Ok(self.at(i, &m, &m));
             }
             return Err(RouteError::NoModel);
         };
@@ -224,10 +224,10 @@ impl Upstreams {
             Some(a) => (a.model.as_str(), a.upstream.as_deref()),
             None => (requested, None),
         };
-        if let Some(up) = pinned {
-            if let Some(i) = self.endpoints.iter().position(|e| e.name == up) {
-                return Ok(self.at(i, name, requested));
-            }
+        if let Some(up) = pinned
+            && let Some(i) = self.endpoints.iter().position(|e| e.name == up)
+        {
+            return Ok(self.at(i, name, requested));
         }
         if let Some(&i) = self.exact.get(name) {
             return Ok(self.at(i, name, requested));

@@ -75,10 +75,10 @@ impl SseDecoder {
             rest_end -= 1;
         }
         self.pos = self.buf.len();
-        if rest_end > rest_start {
-            if let Some(ev) = self.line(rest_start, rest_end) {
-                return Some(ev);
-            }
+        if rest_end > rest_start
+            && let Some(ev) = self.line(rest_start, rest_end)
+        {
+            return Some(ev);
         }
         self.dispatch()
     }

@@ -208,10 +208,10 @@ impl Web {
             kind_of(&essence, &[], &url)?;
         }
         let max = self.config.max_download_bytes;
-        if let Some(len) = response.content_length() {
-            if len as usize > max {
-                return Err(too_large(&url, max, Some(len)));
-            }
+        if let Some(len) = response.content_length()
+            && len as usize > max
+        {
+            return Err(too_large(&url, max, Some(len)));
         }
         progress.phase.store(DOWNLOADING, Ordering::Relaxed);
         let mut body: Vec<u8> = Vec::new();

@@ -102,16 +102,17 @@ impl Guard {
         };
         let opened =
             self.host_allowed(&host_text) || literal.is_some_and(|ip| self.addr_allowed(ip));
-        if let Some(port) = url.port() {
-            if BLOCKED_PORTS.contains(&port) && !opened {
-                return Err(Refused {
-                    message: format!(
-                        "refused: {url} uses port {port}, which belongs to a non-web service \
+        if let Some(port) = url.port()
+            && BLOCKED_PORTS.contains(&port)
+            && !opened
+        {
+            return Err(Refused {
+                message: format!(
+                    "refused: {url} uses port {port}, which belongs to a non-web service \
                          (like SSH, mail or IRC); like browsers, fetch_url_content does not \
                          send requests to such ports"
-                    ),
-                });
-            }
+                ),
+            });
         }
         match url.host() {
             None => Err(Refused {

@@ -96,10 +96,10 @@ fn whole_body(html: &str, url: &Url) -> Markdown {
         .unwrap_or_else(|| url.clone());
     for (selector, attr) in [("a[href]", "href"), ("img[src]", "src")] {
         for node in doc.select(selector).iter() {
-            if let Some(v) = node.attr(attr) {
-                if let Ok(abs) = base.join(v.trim()) {
-                    node.set_attr(attr, abs.as_str());
-                }
+            if let Some(v) = node.attr(attr)
+                && let Ok(abs) = base.join(v.trim())
+            {
+                node.set_attr(attr, abs.as_str());
             }
         }
     }

@@ -619,10 +619,10 @@ fn continue_merge(chunks: &[Value]) -> (String, Vec<(String, String, String)>) {
                     call.1.push_str(n);
                 }
             }
-            if let Some(a) = tc["function"]["arguments"].as_str() {
-                if serde_json::from_str::<Value>(&call.2).is_err() {
-                    call.2.push_str(a);
-                }
+            if let Some(a) = tc["function"]["arguments"].as_str()
+                && serde_json::from_str::<Value>(&call.2).is_err()
+            {
+                call.2.push_str(a);
             }
         }
     }

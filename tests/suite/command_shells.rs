@@ -57,10 +57,10 @@ fn stub_script(name: &str) -> String {
     let mut s = format!(
         "#!/bin/sh\nr='{quoted}{UNIT}'\nfor a in \"$@\"; do r=\"$r$a{UNIT}\"; done\nprintf '%s{RECORD}' \"$r\" >> \"$TP_LOG\"\n"
     );
-    if PASS_THROUGH.contains(&name) {
-        if let Some(p) = real(name) {
-            s.push_str(&format!("exec '{}' \"$@\"\n", p.display()));
-        }
+    if PASS_THROUGH.contains(&name)
+        && let Some(p) = real(name)
+    {
+        s.push_str(&format!("exec '{}' \"$@\"\n", p.display()));
     }
     s
 }

@@ -45,14 +45,14 @@ fn parse(name: &str, text: &str) -> Case {
             current = Some((h.trim().to_string(), Vec::new()));
         } else if let Some((_, lines)) = current.as_mut() {
             lines.push(line);
-        } else if let Some((k, v)) = line.split_once(": ") {
-            if !k.starts_with('#') {
-                if k == "tool" {
-                    case.tool = v.trim().to_string();
-                } else {
-                    case.flags
-                        .push((k.trim().to_string(), v.trim().to_string()));
-                }
+        } else if let Some((k, v)) = line.split_once(": ")
+            && !k.starts_with('#')
+        {
+            if k == "tool" {
+                case.tool = v.trim().to_string();
+            } else {
+                case.flags
+                    .push((k.trim().to_string(), v.trim().to_string()));
             }
         }
     }

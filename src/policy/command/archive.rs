@@ -65,11 +65,12 @@ pub(crate) fn tar(inv: &Inv, f: &mut Facts) -> bool {
     let mut ended = false;
     // Old style: a first word without a dash is a cluster of letters (`tar xzf a.tgz`).
     let mut queue: Vec<char> = Vec::new();
-    if let Some(first) = args.first() {
-        if !first.text.starts_with('-') && !first.text.is_empty() {
-            queue = first.text.chars().collect();
-            i = 1;
-        }
+    if let Some(first) = args.first()
+        && !first.text.starts_with('-')
+        && !first.text.is_empty()
+    {
+        queue = first.text.chars().collect();
+        i = 1;
     }
     let takes_arg = |c: char| "fbCFgIKLNTVXH".contains(c);
     let mut st = TarState::default();
@@ -224,15 +225,14 @@ pub(crate) fn tar(inv: &Inv, f: &mut Facts) -> bool {
         i += 1;
     }
     let TarState { mode, archive, dir } = st;
-    if let Some(a) = &archive {
-        if a.contains(':') && !inv.texts().any(|w| w == "--force-local") {
-            f.ask(
-                Class::Network,
-                format!(
-                    "`tar -f {a}`: an archive name with `:` is a remote archive (rmt over ssh)"
-                ),
-            );
-        }
+    if let Some(a) = &archive
+        && a.contains(':')
+        && !inv.texts().any(|w| w == "--force-local")
+    {
+        f.ask(
+            Class::Network,
+            format!("`tar -f {a}`: an archive name with `:` is a remote archive (rmt over ssh)"),
+        );
     }
     match mode {
         Some('x') => {

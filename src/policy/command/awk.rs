@@ -419,13 +419,12 @@ pub(crate) fn read_program(src: &str) -> Result<Program, String> {
                     }
                 } else if let (Some(Tok::Ident(_)), Some(Tok::Op(o))) =
                     (toks.get(k + 1), toks.get(k + 2))
+                    && o == "<"
                 {
-                    if o == "<" {
-                        p.reads.push(match toks.get(k + 3) {
-                            Some(Tok::Str(s)) => Some(s.clone()),
-                            _ => None,
-                        });
-                    }
+                    p.reads.push(match toks.get(k + 3) {
+                        Some(Tok::Str(s)) => Some(s.clone()),
+                        _ => None,
+                    });
                 }
             }
             Tok::Op(o) => match o.as_str() {

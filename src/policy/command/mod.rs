@@ -49,10 +49,10 @@ fn collect(line: &str, depth: usize, out: &mut Vec<Vec<Word>>) -> Result<(), Par
         }
         for w in &p.words {
             // `a[$(cmd)]`: bash runs cmd when a builtin evaluates the subscript.
-            if let Some(k) = w.text.find("[$(") {
-                if let Some(end) = w.text[k..].rfind(")]") {
-                    nested(&w.text[k + 3..k + end], out);
-                }
+            if let Some(k) = w.text.find("[$(")
+                && let Some(end) = w.text[k..].rfind(")]")
+            {
+                nested(&w.text[k + 3..k + end], out);
             }
         }
         let Some(inner) = u.inner else { continue };

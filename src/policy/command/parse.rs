@@ -834,17 +834,18 @@ impl<'a> Lexer<'a> {
             }
             any = true;
         }
-        if let Some((pos, at_start)) = bracket {
-            if w.text[pos + 1..].contains(']') {
-                w.dynamic = true;
-                w.open_start |= at_start;
-            }
+        if let Some((pos, at_start)) = bracket
+            && w.text[pos + 1..].contains(']')
+        {
+            w.dynamic = true;
+            w.open_start |= at_start;
         }
-        if let Some(at_start) = brace {
-            if brace_list && w.text.contains('}') {
-                w.dynamic = true;
-                w.open_start |= at_start;
-            }
+        if let Some(at_start) = brace
+            && brace_list
+            && w.text.contains('}')
+        {
+            w.dynamic = true;
+            w.open_start |= at_start;
         }
         if !any {
             return Ok(None);

@@ -564,21 +564,21 @@ impl CommandPolicy {
             );
         }
         let allow_rule = user(Verdict::Allow);
-        if self.builtins {
-            if let Some(b) = builtin.filter(|b| b.verdict == Verdict::Ask) {
-                // A person-only finding is stricter than the built-in ask.
-                if let Some((class, reason)) = person.filter(|_| allow_rule.is_none()) {
-                    return verdict(Verdict::AskPerson, class, reason);
-                }
-                let mut reason = b.reason.clone();
-                if b.class == Class::Writes && self.writes == WritesSwitch::Ask {
-                    reason.push_str(
-                        "; commands that write files need approval (policy.command_writes = \
-                         \"ask\")",
-                    );
-                }
-                return verdict(Verdict::Ask, b.class, reason);
+        if self.builtins
+            && let Some(b) = builtin.filter(|b| b.verdict == Verdict::Ask)
+        {
+            // A person-only finding is stricter than the built-in ask.
+            if let Some((class, reason)) = person.filter(|_| allow_rule.is_none()) {
+                return verdict(Verdict::AskPerson, class, reason);
             }
+            let mut reason = b.reason.clone();
+            if b.class == Class::Writes && self.writes == WritesSwitch::Ask {
+                reason.push_str(
+                    "; commands that write files need approval (policy.command_writes = \
+                         \"ask\")",
+                );
+            }
+            return verdict(Verdict::Ask, b.class, reason);
         }
         if let Some((class, reason)) = person {
             if let Some(r) = allow_rule {
@@ -597,10 +597,11 @@ impl CommandPolicy {
                 format!("allowed by {}", r.source),
             );
         }
-        if self.builtins && known {
-            if let Some(b) = builtin {
-                return verdict(b.verdict, b.class, b.reason.clone());
-            }
+        if self.builtins
+            && known
+            && let Some(b) = builtin
+        {
+            return verdict(b.verdict, b.class, b.reason.clone());
         }
         let reason = match ctx.base {
             Verdict::Allow => "no rule mentions it and run_terminal_command is allowed".to_string(),

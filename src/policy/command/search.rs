@@ -84,10 +84,11 @@ pub(crate) fn rg(inv: &Inv, f: &mut Facts) -> bool {
                 Class::Executes,
                 "`rg --hostname-bin` runs the program it names",
             );
-        } else if matches!(n, "file" | "ignore-file") && !long.contains('=') {
-            if let Some(v) = args.get(i + 1) {
-                f.read(&v.text);
-            }
+        } else if matches!(n, "file" | "ignore-file")
+            && !long.contains('=')
+            && let Some(v) = args.get(i + 1)
+        {
+            f.read(&v.text);
         }
     }
     f.read_args(args);
