@@ -185,6 +185,7 @@ fn rewrite(c: &mut Criterion) {
                 &req.messages,
                 Some(&specs),
                 true,
+                true,
             ));
         })
     });

@@ -94,6 +94,17 @@ async fn spawn_mock(dir: &Path, name: &str, script: Value) -> Proc {
 }
 
 async fn spawn_toolpilot(dir: &Path, upstream: &str, ws: &Path, extra: &[&str]) -> Proc {
+    spawn_toolpilot_env(dir, upstream, ws, extra, &[]).await
+}
+
+/// [`spawn_toolpilot`] with extra environment variables (configuration keys).
+async fn spawn_toolpilot_env(
+    dir: &Path,
+    upstream: &str,
+    ws: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Proc {
     let mut child = Command::new(toolpilot_bin())
         .args([
             "serve",
@@ -109,6 +120,7 @@ async fn spawn_toolpilot(dir: &Path, upstream: &str, ws: &Path, extra: &[&str]) 
         .arg("--state-dir")
         .arg(dir.join("state"))
         .args(extra)
+        .envs(env.iter().copied())
         .env("TOOLPILOT_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -208,8 +220,25 @@ fn agent_body(stream: bool) -> Value {
 
 async fn latency(o: &Opts, dir: &Path, ws: &Path) {
     println!("\n## 1. Added latency (sequential, interleaved)\n");
-    let mock = spawn_mock(dir, "latency", json!({"record": false, "repeat_last": true, "rounds": [{"text": "Hello there", "chunk_size": 64}]})).await;
+    // A plain round: the mock answers a request without `stream: true` with one JSON
+    // completion and a streamed one with SSE, as real servers do.
+    let mock = spawn_mock(
+        dir,
+        "latency",
+        json!({"record": false, "repeat_last": true, "rounds": [{"text": "Hello there"}]}),
+    )
+    .await;
     let tp = spawn_toolpilot(dir, &mock.url, ws, &[]).await;
+    // The same with `upstream.always_stream`: every upstream round streamed (how toolpilot
+    // worked before non-streaming clients got non-streamed upstream rounds).
+    let tp_stream = spawn_toolpilot_env(
+        dir,
+        &mock.url,
+        ws,
+        &[],
+        &[("TOOLPILOT_UPSTREAM__ALWAYS_STREAM", "true")],
+    )
+    .await;
     let c = client();
     let n = if o.quick { 20 } else { 5000 };
     let small = json!({"model": "mock-model", "messages": [{"role": "user", "content": "hi"}]});
@@ -222,16 +251,30 @@ async fn latency(o: &Opts, dir: &Path, ws: &Path) {
         "| case | direct median | via toolpilot median | added (median of paired differences) | direct p99 | via p99 | added p99 (via p99 − direct p99) |"
     );
     println!("|---|---|---|---|---|---|---|");
-    for (name, body, ttft) in [
-        ("non-stream, small body", &small, false),
-        ("non-stream, 3 KB agent body", &big, false),
-        ("stream, time to first token", &stream_small, true),
+    for (name, body, ttft, via) in [
+        ("non-stream, small body", &small, false, &tp),
+        ("non-stream, 3 KB agent body", &big, false, &tp),
+        (
+            "non-stream, small body, upstream.always_stream",
+            &small,
+            false,
+            &tp_stream,
+        ),
+        (
+            "non-stream, 3 KB agent body, upstream.always_stream",
+            &big,
+            false,
+            &tp_stream,
+        ),
+        ("stream, time to first token", &stream_small, true, &tp),
         (
             "stream, time to first token, tools: []",
             &stream_notools,
             true,
+            &tp,
         ),
     ] {
+        let tp = via;
         // Warm-up: connections, caches.
         for _ in 0..(n / 10).max(5) {
             request(&c, &mock.url, body).await;

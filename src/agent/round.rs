@@ -93,13 +93,18 @@ impl Run<'_> {
                 .min(w);
             ctx.num_ctx = Some(ctx.num_ctx.unwrap_or(0).max(needed));
         }
-        let request_usage = route.endpoint.cfg.as_ref().is_none_or(|u| u.request_usage);
+        let cfg = route.endpoint.cfg.as_ref();
+        let request_usage = cfg.is_none_or(|u| u.request_usage);
+        // Nothing of a round reaches a client that does not stream before the round ends, so
+        // the upstream is asked for one answer, which it produces faster than a stream.
+        let stream = self.opts.live || cfg.is_none_or(|u| u.always_stream);
         let body = build_body(
             req,
             &route.model,
             &wire,
             if text_mode { None } else { specs },
             request_usage,
+            stream,
         );
         drop(wire);
         crate::prompt::unsplice_system(messages, spliced);
@@ -352,6 +357,7 @@ pub fn build_body(
     messages: &[Value],
     tools: Option<&Bytes>,
     request_usage: bool,
+    stream: bool,
 ) -> RequestBody {
     use serde::ser::{SerializeMap, Serializer};
     let mut out = Vec::with_capacity(1024);
@@ -367,8 +373,8 @@ pub fn build_body(
         }
         m.serialize_entry("model", model)?;
         m.serialize_entry("messages", messages)?;
-        m.serialize_entry("stream", &true)?;
-        if request_usage {
+        m.serialize_entry("stream", &stream)?;
+        if stream && request_usage {
             m.serialize_entry(
                 "stream_options",
                 &serde_json::json!({"include_usage": true}),

@@ -106,6 +106,7 @@ fn the_example_config_loads_and_documents_every_key() {
         "retry_base_ms",
         "retry_max_wait_secs",
         "request_usage",
+        "always_stream",
         "max_response_bytes",
         "max_rounds",
         "approve_asks",

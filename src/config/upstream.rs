@@ -39,6 +39,10 @@ pub struct UpstreamConfig {
     pub retry_max_wait: Duration,
     /// Ask the upstream for a usage chunk (`stream_options.include_usage`).
     pub request_usage: bool,
+    /// Ask the upstream for a stream even when the client does not stream (`false`, the
+    /// default: a client that does not stream gets a non-streamed upstream answer, which the
+    /// upstream produces faster).
+    pub always_stream: bool,
     pub max_response_bytes: usize,
     /// Send the model's `reasoning_content` back with its assistant messages in the rounds of
     /// a run (thinking models that call tools, such as DeepSeek's, require it); off: it is
@@ -90,6 +94,7 @@ pub(super) struct UpstreamFile {
     pub(super) retry_base_ms: Option<u64>,
     pub(super) retry_max_wait_secs: Option<f64>,
     pub(super) request_usage: Option<bool>,
+    pub(super) always_stream: Option<bool>,
     pub(super) max_response_bytes: Option<usize>,
     pub(super) models: Option<Vec<String>>,
     pub(super) context_window: Option<u64>,
@@ -227,6 +232,7 @@ fn resolve_upstream(
         retry_base: Duration::from_millis(u.retry_base_ms.or(inherit.retry_base_ms).unwrap_or(250)),
         retry_max_wait,
         request_usage: u.request_usage.or(inherit.request_usage).unwrap_or(true),
+        always_stream: u.always_stream.or(inherit.always_stream).unwrap_or(false),
         max_response_bytes,
         send_reasoning: u.send_reasoning.or(inherit.send_reasoning).unwrap_or(false),
     })

@@ -83,7 +83,9 @@ pub struct ScriptRound {
     pub retry_after: Option<f64>,
     /// Send exactly these body pieces (as SSE), one after another.
     pub raw: Option<Vec<String>>,
-    /// Answer with a non-streamed `application/json` completion.
+    /// Answer with a non-streamed `application/json` completion, even to a request that asked
+    /// for a stream (a request without `stream: true` gets one anyway, unless the round is
+    /// about the stream itself).
     #[serde(default)]
     pub json: bool,
     /// Characters per content piece (default 8).
@@ -115,6 +117,21 @@ pub struct ScriptCall {
     pub id: Option<String>,
 }
 
+impl ScriptRound {
+    /// Whether the round is about how a stream is sent (raw pieces, chunking, quirks, a cut,
+    /// an error or a hold mid-stream): it is streamed even to a request that asked for no
+    /// stream, as a server that ignores `stream: false` would. Other rounds follow the request.
+    fn stream_only(&self) -> bool {
+        self.raw.is_some()
+            || self.chunk_size.is_some()
+            || self.chunk_delay_ms > 0
+            || self.truncate_after.is_some()
+            || self.error_after.is_some()
+            || self.hold_after.is_some()
+            || self.quirks != Quirks::default()
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ErrorAfter {
@@ -123,7 +140,7 @@ pub struct ErrorAfter {
 }
 
 /// Quirks of real servers, reproduced on request.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Quirks {
     /// Omit the final `data: [DONE]`.
@@ -720,7 +737,8 @@ async fn chat(
         return resp;
     }
 
-    if round.json {
+    // As real servers do: a request without `stream: true` gets one JSON completion.
+    if round.json || (body_json["stream"] != json!(true) && !round.stream_only()) {
         set_outcome(&shared, record_index, "completed");
         shared
             .open
@@ -966,6 +984,9 @@ fn json_completion(round: &ScriptRound, model: &str) -> Value {
         })
         .collect();
     let mut message = json!({"role": "assistant", "content": round.text.clone()});
+    if let Some(r) = &round.reasoning {
+        message["reasoning_content"] = json!(r);
+    }
     if !calls.is_empty() {
         message["tool_calls"] = Value::Array(calls.clone());
     }

@@ -67,9 +67,46 @@ async fn tool_results_go_back_to_the_model_as_tool_messages() {
     assert_eq!(second[1]["tool_calls"][0]["id"], "c1");
     assert_eq!(second[1]["tool_calls"][0]["function"]["name"], "read_file");
     assert_eq!(tool_result(&reqs[1], "c1"), "the answer is 42\n");
-    // toolpilot asks the upstream for a stream and usage, whatever the client asked.
-    assert_eq!(reqs[0].body["stream"], true);
-    assert_eq!(reqs[0].body["stream_options"]["include_usage"], true);
+    // The client did not stream, so neither does the upstream (one answer per round, which
+    // the upstream produces faster); usage comes in that answer.
+    assert_eq!(reqs[0].body["stream"], false);
+    assert!(reqs[0].body.get("stream_options").is_none());
+    assert_eq!(
+        r.body["usage"]["total_tokens"].as_u64().map(|n| n > 0),
+        Some(true)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_client_gets_a_streamed_upstream_and_always_stream_forces_one() {
+    let script = json!({"rounds": [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"filepath": "a.txt"}}]},
+        {"text": "done"},
+        {"tool_calls": [{"id": "c2", "name": "read_file", "arguments": {"filepath": "a.txt"}}]},
+        {"text": "done again"}
+    ]});
+    let s = TestServer::builder()
+        .file("a.txt", "x\n")
+        .script(script.clone())
+        .start()
+        .await;
+    let r = s.chat_stream(ask("go")).await;
+    assert_eq!(r.content(), "done");
+    for req in s.requests() {
+        assert_eq!(req.body["stream"], true);
+        assert_eq!(req.body["stream_options"]["include_usage"], true);
+    }
+    let s = TestServer::builder()
+        .config("[upstream]\nalways_stream = true\n")
+        .file("a.txt", "x\n")
+        .script(script)
+        .start()
+        .await;
+    let r = s.chat(ask("go")).await;
+    assert_eq!(r.body["choices"][0]["message"]["content"], "done");
+    for req in s.requests() {
+        assert_eq!(req.body["stream"], true);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
