@@ -465,12 +465,22 @@ fn begin(
         .received
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let record = shared.script.record;
-    // Benchmarks do not record: nothing is parsed or kept per request.
+    // Benchmarks do not record: nothing is kept per request, and only what decides the answer
+    // (`stream`, `model`) is read, without building the whole body.
     let body_json: Value = if record {
         serde_json::from_slice(body)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
     } else {
-        Value::Null
+        #[derive(Deserialize)]
+        struct Deciding<'a> {
+            stream: Option<bool>,
+            #[serde(borrow)]
+            model: Option<std::borrow::Cow<'a, str>>,
+        }
+        match serde_json::from_slice::<Deciding>(body) {
+            Ok(d) => serde_json::json!({"stream": d.stream, "model": d.model}),
+            Err(_) => Value::Null,
+        }
     };
     let round_index = {
         let Ok(mut next) = shared.next.lock() else {

@@ -109,6 +109,34 @@ async fn a_streaming_client_gets_a_streamed_upstream_and_always_stream_forces_on
     }
 }
 
+/// Benchmarks run the mock without recording; it must still answer a stream to a request that
+/// asks for one, or every streamed figure would measure a JSON answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mock_follows_stream_also_when_it_does_not_record() {
+    let mock = extra_mock(
+        json!({"record": false, "repeat_last": true, "rounds": [{"text": "Hello there"}]}),
+    )
+    .await;
+    let c = client();
+    for (stream, kind, marker) in [
+        (true, "text/event-stream", "data: [DONE]"),
+        (false, "application/json", "\"chat.completion\""),
+    ] {
+        let r = c
+            .post(format!("{}/chat/completions", mock.base_url()))
+            .json(&json!({"model": "m", "stream": stream,
+                          "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+        let body = r.text().await.unwrap();
+        assert!(ct.starts_with(kind), "stream={stream}: {ct}");
+        assert!(body.contains(marker), "stream={stream}: {body}");
+        assert!(body.contains("Hello"), "{body}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_is_correct_sse_with_summed_usage() {
     let s = TestServer::builder()
