@@ -7,7 +7,8 @@
 //! 3. a 5-round tool loop end to end;
 //! 4. `grep_search` and `file_glob_search` against ripgrep on a large tree, results compared;
 //! 5. resident memory idle and with many open streams;
-//! 6. workspace snapshots (the checkpoint of commands) on the large tree.
+//! 6. workspace snapshots (the checkpoint of commands) on the large tree;
+//! 7. with `--only peers`: LiteLLM and Portkey's gateway beside toolpilot (`bench/peers`).
 //!
 //! `cargo build --release && cargo run --release --example loadbench -- --tree DIR`
 //! (`bench/run` does both). `--quick` runs tiny counts (CI: it checks the harness still works;
@@ -15,6 +16,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod peers;
 mod wire;
 
 // The server's allocator: the search section runs toolpilot's tools in this process, so their
@@ -36,6 +38,7 @@ struct Opts {
     quick: bool,
     tree: Option<PathBuf>,
     only: Option<String>,
+    peers: peers::PeerPaths,
 }
 
 struct Proc {
@@ -780,6 +783,10 @@ fn main() {
         quick: false,
         tree: None,
         only: None,
+        peers: peers::PeerPaths {
+            litellm: None,
+            portkey: None,
+        },
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -787,9 +794,11 @@ fn main() {
             "--quick" => o.quick = true,
             "--tree" => o.tree = args.next().map(PathBuf::from),
             "--only" => o.only = args.next(),
+            "--litellm" => o.peers.litellm = args.next().map(PathBuf::from),
+            "--portkey" => o.peers.portkey = args.next().map(PathBuf::from),
             other => {
                 eprintln!(
-                    "usage: loadbench [--quick] [--tree DIR] [--only latency|throughput|loop|search|memory|snapshot] (unknown {other})"
+                    "usage: loadbench [--quick] [--tree DIR] [--only latency|throughput|loop|search|memory|snapshot|peers] [--litellm BIN] [--portkey START-SERVER.JS] (unknown {other})"
                 );
                 std::process::exit(2);
             }
@@ -850,6 +859,10 @@ fn main() {
         }
         if want("memory") {
             memory(&o, dir.path(), &ws).await;
+        }
+        // Only when asked for: the peers are installed by `bench/peers`, outside the repository.
+        if o.only.as_deref() == Some("peers") {
+            peers::peers(&o, dir.path(), &ws, &o.peers).await;
         }
     });
     if want("snapshot") {

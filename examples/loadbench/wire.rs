@@ -24,6 +24,20 @@ pub fn post(host: &str, path: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// [`post`] with extra request headers (a proxy's provider and key headers).
+pub fn post_with(host: &str, path: &str, body: &str, headers: &[(String, String)]) -> Vec<u8> {
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n{extra}\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
 impl Conn {
     pub fn new(addr: &str) -> Conn {
         Conn {
