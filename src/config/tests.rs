@@ -81,6 +81,7 @@ fn the_example_config_loads_and_documents_every_key() {
         "max_body_bytes",
         "keepalive_secs",
         "shutdown_grace_secs",
+        "mcp",
         "progress",
         "detach",
         "models",

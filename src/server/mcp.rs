@@ -1,0 +1,638 @@
+//! toolpilot's built-in tools for MCP clients: `POST/GET /mcp` (streamable HTTP, mounted by
+//! [`super::router`] behind the same guard as the rest of the API) and `toolpilot mcp` (stdio).
+//!
+//! [`McpTools`] is an `rmcp` server handler. `tools/list` is the set a model is offered when its
+//! client declares no tools (same names, descriptions and schemas); `tools/call` goes through
+//! [`Registry::dispatch`](crate::tools::Registry::dispatch) like a model's call: policy,
+//! approvals, deadline, redaction, output budget, checkpoint. Each call is a run of its own
+//! (in `/v1/runs`, undone with `POST /v1/runs/{id}/undo`; over HTTP its id is the response's
+//! `x-toolpilot-run-id`). What a tool says (failed, refused, not approved) is a result with
+//! `isError`; a name toolpilot does not serve is a JSON-RPC error.
+//!
+//! An `ask` waits in `/v1/approvals` and the console (HTTP only) and is also put to the person
+//! as an elicitation when the client declared form elicitation: as a server request for the
+//! revisions with `initialize` (a session), as an `input_required` result (SEP-2322) for
+//! 2026-07-28. Whichever answer comes first decides; `approvals.timeout_secs` bounds the wait.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, Implementation,
+    InputRequest, InputRequiredResult, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::agent::Engine;
+use crate::approvals::Verdict;
+use crate::config::ApprovalMode;
+use crate::openai::ToolCall;
+use crate::policy::Target;
+use crate::tools::registry::{Approval, Approver, Ask, Grant, Outcome, Status};
+
+/// Where `/mcp` is served.
+pub const PATH: &str = "/mcp";
+
+/// The key of the approval question in an `input_required` result (SEP-2322).
+const APPROVAL_INPUT: &str = "toolpilot_approval";
+
+/// At most this many calls wait for an `input_required` retry at once; the oldest goes first.
+const MAX_WAITING_RETRIES: usize = 64;
+
+/// The MCP server handler: toolpilot's built-in tools, run under the policy.
+#[derive(Clone)]
+pub struct McpTools {
+    engine: Arc<Engine>,
+    /// Over HTTP: an ask also waits in `/v1/approvals` and the console. Over stdio nobody can
+    /// reach those, so only an elicitation (or `--yes`, or a rule) can approve.
+    approvals_api: bool,
+    /// Calls paused on an `input_required` answer (2026-07-28 elicitation), by request state.
+    retries: Arc<Retries>,
+}
+
+impl McpTools {
+    /// `approvals_api`: whether a person can answer asks through `/v1/approvals` (the HTTP
+    /// server) besides elicitation.
+    pub fn new(engine: Arc<Engine>, approvals_api: bool) -> McpTools {
+        McpTools {
+            engine,
+            approvals_api,
+            retries: Arc::default(),
+        }
+    }
+
+    /// The tools an MCP client is offered: the model's default set, as MCP tools.
+    pub async fn tools(&self) -> Vec<Tool> {
+        self.engine
+            .default_tool_specs()
+            .await
+            .iter()
+            .filter_map(|spec| self.mcp_tool(spec))
+            .collect()
+    }
+
+    /// One OpenAI function spec as an MCP tool (the read-only ones say so in their hints).
+    fn mcp_tool(&self, spec: &Value) -> Option<Tool> {
+        let f = spec.get("function")?;
+        let name = f.get("name")?.as_str()?.to_string();
+        let description = f
+            .get("description")
+            .and_then(Value::as_str)
+            .map(|d| Cow::Owned(d.to_string()));
+        let schema = f.get("parameters")?.as_object()?.clone();
+        let read_only = self.engine.registry.read_only(&name);
+        let annotations = ToolAnnotations::new()
+            .read_only(read_only)
+            .destructive(!read_only)
+            .open_world(matches!(
+                name.as_str(),
+                "fetch_url_content" | "search_web" | "run_terminal_command"
+            ));
+        Some(Tool::new_with_raw(name, description, Arc::new(schema)).with_annotations(annotations))
+    }
+
+    /// Why a name cannot be called (a JSON-RPC error: the request names no tool served here).
+    async fn unknown_tool(&self, name: &str) -> ErrorData {
+        let served: Vec<String> = self
+            .tools()
+            .await
+            .into_iter()
+            .map(|t| t.name.into_owned())
+            .collect();
+        let why = if self.engine.registry.get(name).is_some() {
+            match self.engine.registry.unavailable(name) {
+                Some(why) => format!("the built-in tool {name:?} is not available here: {why}"),
+                None => format!(
+                    "the built-in tool {name:?} is not offered: it is disabled by the policy \
+                     (policy level `disabled`) or left out by agent.default_tools"
+                ),
+            }
+        } else {
+            format!("toolpilot has no tool named {name:?}")
+        };
+        ErrorData::invalid_params(
+            format!(
+                "{why}. The tools served here are: {} (tools/list gives their schemas)",
+                served.join(", ")
+            ),
+            Some(json!({"tool": name})),
+        )
+    }
+
+    /// Runs one call through the registry, as a run of its own.
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        // A retry after `input_required`: the answer goes to the waiting call.
+        if let Some(state) = &request.request_state {
+            return self.resume(&name, state, request.input_responses).await;
+        }
+        if !self.engine.offers_by_default(&name).await {
+            return Err(self.unknown_tool(&name).await);
+        }
+        let arguments = Value::Object(request.arguments.unwrap_or_default()).to_string();
+        // Over HTTP the run is the request's (`x-toolpilot-run-id`); over stdio a new one.
+        let run_id = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<super::RunId>())
+            .map(|r| r.0.clone())
+            .unwrap_or_else(super::new_run_id);
+        let call = ToolCall {
+            id: format!("mcp-{run_id}"),
+            name,
+            arguments,
+            kind: None,
+        };
+        let elicit = self.elicitation(&context);
+        let (asked_tx, asked_rx) = oneshot::channel();
+        let mrtr = matches!(elicit, Elicit::InputRequired);
+        let job = Job {
+            engine: Arc::clone(&self.engine),
+            approvals_api: self.approvals_api,
+            run_id: run_id.clone(),
+            call,
+            elicit,
+            asked: Mutex::new(Some(asked_tx)),
+            // The request's token ends the call when its client goes away; a call that may
+            // outlive its first request (`input_required`) has its own.
+            cancel: if mrtr {
+                tokio_util::sync::CancellationToken::new()
+            } else {
+                context.ct.clone()
+            },
+        };
+        if !mrtr {
+            return Ok(CallToolResponse::Complete(result_of(
+                job.run().await,
+                &run_id,
+            )));
+        }
+        // 2026-07-28 with elicitation: the call runs in its own task; if it comes to ask a
+        // person, the client gets `input_required` now and the call waits for the retry.
+        let mut task = tokio::spawn(async move { job.run().await });
+        tokio::select! {
+            done = &mut task => Ok(CallToolResponse::Complete(result_of(joined(done), &run_id))),
+            Ok(asked) = asked_rx => {
+                let token = super::new_run_id();
+                let question = asked.question.clone();
+                self.retries.insert(token.clone(), Waiting {
+                    task,
+                    answer: Some(asked.answer),
+                    run_id: run_id.clone(),
+                    since: Instant::now(),
+                    timeout: self.engine.config.approvals.timeout,
+                });
+                let mut inputs = std::collections::BTreeMap::new();
+                inputs.insert(
+                    APPROVAL_INPUT.to_string(),
+                    InputRequest::Elicitation(ElicitRequest::new(question)),
+                );
+                Ok(CallToolResponse::InputRequired(
+                    InputRequiredResult::new(Some(inputs), Some(token)),
+                ))
+            }
+        }
+    }
+
+    /// The retry of a call that returned `input_required`: the person's answer (or none) goes
+    /// to the waiting call, whose result is the answer to this request.
+    async fn resume(
+        &self,
+        name: &str,
+        state: &str,
+        responses: Option<rmcp::model::InputResponses>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(waiting) = self.retries.take(state) else {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "no call of {name} waits for this requestState: it was answered, timed out \
+                     (approvals.timeout_secs) or the server restarted. Call the tool again"
+                ),
+                None,
+            ));
+        };
+        let answer = responses
+            .as_ref()
+            .and_then(|r| r.get(APPROVAL_INPUT))
+            .map(|v| serde_json::from_value::<ElicitResult>(v.clone()));
+        let verdict = match answer {
+            Some(Ok(r)) => Some(verdict_of(&r)),
+            Some(Err(e)) => {
+                return Err(ErrorData::invalid_params(
+                    format!("inputResponses.{APPROVAL_INPUT} is not an elicitation result: {e}"),
+                    None,
+                ));
+            }
+            None => None,
+        };
+        if let (Some(v), Some(tx)) = (verdict, waiting.answer) {
+            let _ = tx.send(v);
+        }
+        let run_id = waiting.run_id;
+        Ok(CallToolResponse::Complete(result_of(
+            joined(waiting.task.await),
+            &run_id,
+        )))
+    }
+
+    /// How this request's client can be asked to approve a call.
+    fn elicitation(&self, context: &RequestContext<RoleServer>) -> Elicit {
+        let form = context
+            .client_capabilities()
+            .and_then(|c| c.elicitation)
+            .is_some_and(|e| e.form.is_some() || e.url.is_none());
+        if !form {
+            return Elicit::No;
+        }
+        match context.protocol_version() {
+            Some(v) if !v.has_initialize() => Elicit::InputRequired,
+            _ => Elicit::Request(context.peer.clone()),
+        }
+    }
+}
+
+impl ServerHandler for McpTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("toolpilot", env!("CARGO_PKG_VERSION"))
+                    .with_title("toolpilot workspace tools"),
+            )
+            .with_instructions(
+                "toolpilot's workspace tools (search, reads, edits with undo, commands in a \
+                 sandbox) for the workspace toolpilot was started in. Every call runs under \
+                 toolpilot's permission policy: a refused call comes back as an error result \
+                 that says why; one that needs approval waits for the person.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools().await))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request, context).await
+    }
+}
+
+/// A call's outcome as a tool result (`isError` unless it ran and succeeded); `_meta` carries
+/// the run id (for undo) and how the call ended.
+fn result_of(outcome: Outcome, run_id: &str) -> CallToolResult {
+    let content = vec![ContentBlock::text(outcome.content)];
+    let mut result = if outcome.status == Status::Ok {
+        CallToolResult::success(content)
+    } else {
+        CallToolResult::error(content)
+    };
+    let mut meta = MetaObject::default();
+    meta.insert("toolpilot/run_id".into(), json!(run_id));
+    meta.insert("toolpilot/status".into(), json!(outcome.status.label()));
+    result.meta = Some(meta);
+    result
+}
+
+/// The outcome of a call's task (one that panicked says so).
+fn joined(r: Result<Outcome, tokio::task::JoinError>) -> Outcome {
+    r.unwrap_or_else(|e| Outcome {
+        content: format!("the tool call stopped unexpectedly: {e}"),
+        status: Status::Error,
+        duration: Duration::ZERO,
+    })
+}
+
+/// How a person can be asked through the MCP client.
+enum Elicit {
+    /// The client did not declare (form) elicitation.
+    No,
+    /// A server request in the client's session (revisions with `initialize`).
+    Request(rmcp::Peer<RoleServer>),
+    /// An `input_required` result and a retry (2026-07-28, SEP-2322).
+    InputRequired,
+}
+
+/// An ask that goes to the client as `input_required`: the question, and where its answer
+/// goes.
+struct Asked {
+    question: ElicitRequestParams,
+    answer: oneshot::Sender<Verdict>,
+}
+
+/// A call waiting for the retry that carries the person's answer.
+struct Waiting {
+    task: tokio::task::JoinHandle<Outcome>,
+    answer: Option<oneshot::Sender<Verdict>>,
+    run_id: String,
+    since: Instant,
+    timeout: Duration,
+}
+
+/// The calls waiting for a retry, bounded in number and age.
+#[derive(Default)]
+struct Retries(Mutex<HashMap<String, Waiting>>);
+
+impl Retries {
+    fn insert(&self, token: String, waiting: Waiting) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // A client that never retries leaves its entry behind: once the approval has timed
+        // out the call has ended and the entry goes; a call still running an hour after that
+        // (a long command) is stopped.
+        map.retain(|_, w| {
+            let age = w.since.elapsed();
+            if age > w.timeout + Duration::from_secs(3600) {
+                w.task.abort();
+                return false;
+            }
+            age < w.timeout + Duration::from_secs(60) || !w.task.is_finished()
+        });
+        while map.len() >= MAX_WAITING_RETRIES {
+            let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, w)| w.since)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(w) = map.remove(&oldest) {
+                w.task.abort();
+            }
+        }
+        map.insert(token, waiting);
+    }
+
+    fn take(&self, token: &str) -> Option<Waiting> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(token)
+    }
+}
+
+/// One MCP tool call, with what its approver needs.
+struct Job {
+    engine: Arc<Engine>,
+    approvals_api: bool,
+    run_id: String,
+    call: ToolCall,
+    elicit: Elicit,
+    /// Taken by the first ask that goes out as `input_required`.
+    asked: Mutex<Option<oneshot::Sender<Asked>>>,
+    cancel: tokio_util::sync::CancellationToken,
+}
+
+impl Job {
+    /// Dispatches the call as a run: recorded in `/v1/runs`, counted for the shutdown, ended
+    /// with the server's grace period.
+    async fn run(self) -> Outcome {
+        let engine = Arc::clone(&self.engine);
+        let _live = engine.live_run();
+        let started = Instant::now();
+        let call = &self.call;
+        let prompt = format!("MCP tools/call {}", call.name);
+        engine.runs.begin(&self.run_id, "mcp", &prompt, false, 0);
+        engine.runs.event(
+            &self.run_id,
+            "tool_started",
+            json!({"call": call.id, "tool": call.name,
+                   "arguments": crate::text::preview(&call.arguments, 500)}),
+        );
+        let env = engine.tool_env(&self.run_id, &prompt, self.cancel.clone());
+        let stopping = engine.stopping();
+        let outcome = tokio::select! {
+            o = engine.registry.dispatch(call, &env, &self) => o,
+            _ = stopping.cancelled() => Outcome {
+                content: format!(
+                    "{} was stopped: the server is shutting down and its grace period \
+                     (server.shutdown_grace_secs) ended. Call it again when the server is back",
+                    call.name
+                ),
+                status: Status::Error,
+                duration: started.elapsed(),
+            },
+        };
+        engine.runs.tool(
+            &self.run_id,
+            &call.name,
+            outcome.status.label(),
+            outcome.duration,
+            json!({"call": call.id, "tool": call.name, "status": outcome.status.label(),
+                   "ms": outcome.duration.as_millis() as u64,
+                   "result_bytes": outcome.content.len(),
+                   "result": crate::text::preview(&outcome.content, 300)}),
+        );
+        engine.runs.end(
+            &self.run_id,
+            "done",
+            started.elapsed(),
+            json!({"via": "mcp", "ms": started.elapsed().as_millis() as u64}),
+        );
+        outcome
+    }
+
+    /// Waits for a person: `/v1/approvals` (over HTTP), the client's elicitation, or both;
+    /// `None` when nobody answered within the timeout.
+    async fn person(&self, ask: &Ask, targets: &[Target]) -> Option<Verdict> {
+        let engine = &self.engine;
+        let timeout = engine.config.approvals.timeout;
+        let name = &self.call.name;
+        let ticket = self.approvals_api.then(|| {
+            engine.approvals.ask(
+                &self.run_id,
+                name,
+                &self.call.arguments,
+                &ask.reason,
+                crate::approvals::rules_for(name, targets),
+                timeout,
+            )
+        });
+        if let Some(t) = &ticket {
+            tracing::info!(tool = %name, approval = %t.info.id, "an MCP call waits for approval");
+            engine.runs.event(
+                &self.run_id,
+                "approval",
+                json!({"approval": t.info.id, "tool": name, "outcome": "waiting",
+                       "reason": ask.reason}),
+            );
+        }
+        let question = self.question(ask);
+        let elicited: Pin<Box<dyn Future<Output = Option<Verdict>> + Send + '_>> = match &self
+            .elicit
+        {
+            Elicit::No => Box::pin(std::future::pending()),
+            Elicit::Request(peer) => Box::pin(async move {
+                match peer
+                    .create_elicitation_with_timeout(question, Some(timeout))
+                    .await
+                {
+                    Ok(r) => Some(verdict_of(&r)),
+                    Err(e) => {
+                        tracing::info!(error = %e, "the MCP client did not answer the elicitation");
+                        std::future::pending().await
+                    }
+                }
+            }),
+            Elicit::InputRequired => {
+                let (tx, rx) = oneshot::channel();
+                let sent = self
+                    .asked
+                    .lock()
+                    .ok()
+                    .and_then(|mut a| a.take())
+                    .map(|asked| {
+                        asked
+                            .send(Asked {
+                                question,
+                                answer: tx,
+                            })
+                            .is_ok()
+                    });
+                Box::pin(async move {
+                    match sent {
+                        Some(true) => match rx.await {
+                            Ok(v) => Some(v),
+                            Err(_) => std::future::pending().await,
+                        },
+                        _ => std::future::pending().await,
+                    }
+                })
+            }
+        };
+        let by_api = async move {
+            match ticket {
+                Some(t) => t.wait(timeout).await,
+                None => std::future::pending().await,
+            }
+        };
+        let verdict = tokio::select! {
+            v = by_api => v,
+            v = elicited => v,
+            _ = tokio::time::sleep(timeout) => None,
+        };
+        engine.runs.event(
+            &self.run_id,
+            "approval",
+            json!({"tool": name, "outcome": match &verdict {
+                Some(Verdict::Approve { .. }) => "approved",
+                Some(Verdict::Deny { .. }) => "denied",
+                None => "timed out",
+            }}),
+        );
+        verdict
+    }
+
+    /// The elicitation that asks the person about this call.
+    fn question(&self, ask: &Ask) -> ElicitRequestParams {
+        ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: format!(
+                "toolpilot: allow {} ({})?\nArguments: {}\nAccept runs it once; decline refuses \
+                 it.",
+                self.call.name,
+                ask.reason,
+                crate::text::preview(&self.call.arguments, 400)
+            ),
+            requested_schema: ElicitationSchema::new(Default::default()),
+        }
+    }
+}
+
+/// What an elicitation answer means for the call.
+fn verdict_of(r: &ElicitResult) -> Verdict {
+    match r.action {
+        ElicitationAction::Accept => Verdict::Approve { always: false },
+        ElicitationAction::Decline => Verdict::Deny { reason: None },
+        // Cancel (the question dismissed) and whatever later revisions add.
+        _ => Verdict::Deny {
+            reason: Some("dismissed the question".into()),
+        },
+    }
+}
+
+impl Approver for Job {
+    fn approve<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        ask: &'a Ask,
+        targets: &'a [Target],
+    ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>> {
+        Box::pin(async move {
+            let cfg = &self.engine.config;
+            let name = &call.name;
+            let reason = &ask.reason;
+            if cfg.agent.approve_asks && !ask.person_only {
+                return Approval::Approved("--yes".into(), Grant::Yes);
+            }
+            let elicits = !matches!(self.elicit, Elicit::No);
+            if cfg.approvals.mode == ApprovalMode::Deny && !elicits {
+                return Approval::Refused(
+                    format!(
+                        "{name} was not run: it needs the user's approval ({reason}), and this \
+                         server refuses such calls at once (approvals.mode = \"deny\"). Do \
+                         without it, or tell the user what you wanted to do so they can allow \
+                         it with a rule."
+                    ),
+                    Status::NeedsApproval,
+                );
+            }
+            if !self.approvals_api && !elicits {
+                return Approval::Refused(
+                    format!(
+                        "{name} was not run: it needs the user's approval ({reason}), and nobody \
+                         can give it here: this MCP client did not declare elicitation and \
+                         `toolpilot mcp` (stdio) has no approval API. The user can start it with \
+                         --yes or allow the call with a rule (policy.allow); or serve MCP over \
+                         HTTP (`toolpilot serve`, /mcp), where asks wait in the console."
+                    ),
+                    Status::NeedsApproval,
+                );
+            }
+            match self.person(ask, targets).await {
+                Some(Verdict::Approve { always }) => Approval::Approved(
+                    if always {
+                        "the user (always)".into()
+                    } else {
+                        "the user".into()
+                    },
+                    Grant::Person,
+                ),
+                Some(Verdict::Deny { reason: why }) => Approval::Refused(
+                    format!(
+                        "{name} was not run: the user denied it{}. Do not retry it; do without \
+                         it, or ask the user how to proceed.",
+                        why.map(|w| format!(" (\"{w}\")")).unwrap_or_default()
+                    ),
+                    Status::Denied,
+                ),
+                None => Approval::Refused(
+                    format!(
+                        "{name} was not run: it needs the user's approval ({reason}), and nobody \
+                         approved it within {} s (approvals.timeout_secs). Do without it, or \
+                         tell the user what you wanted to do so they can allow it.",
+                        cfg.approvals.timeout.as_secs_f64()
+                    ),
+                    Status::NeedsApproval,
+                ),
+            }
+        })
+    }
+}

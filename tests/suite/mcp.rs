@@ -1,0 +1,566 @@
+//! toolpilot as an MCP server: the official Rust SDK's client (`rmcp`) on `/mcp`, at the
+//! current revision (2026-07-28, `server/discover`, no session) and at an older one with
+//! `initialize` (2025-06-18, a session); the tools it lists are the model's, calls run under
+//! the policy, asks wait in `/v1/approvals` (and become elicitations when the client supports
+//! them), and the guard is the API's.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
+    ElicitResult, ElicitationAction, Implementation, ProtocolVersion,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RequestContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceError};
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+/// Which protocol revision the client speaks.
+#[derive(Clone, Copy, Debug)]
+enum Revision {
+    /// 2026-07-28: `server/discover`, per-request metadata, no session.
+    Current,
+    /// 2025-06-18: `initialize`, a session (`Mcp-Session-Id`).
+    Initialize,
+}
+
+const BOTH: [Revision; 2] = [Revision::Current, Revision::Initialize];
+
+/// The test's MCP client: optionally declares elicitation and answers every question with
+/// `answer`, counting them.
+#[derive(Clone)]
+struct Client {
+    revision: Revision,
+    answer: Option<ElicitationAction>,
+    asked: Arc<AtomicUsize>,
+    questions: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Client {
+    fn new(revision: Revision) -> Client {
+        Client {
+            revision,
+            answer: None,
+            asked: Arc::default(),
+            questions: Arc::default(),
+        }
+    }
+
+    fn answering(mut self, action: ElicitationAction) -> Client {
+        self.answer = Some(action);
+        self
+    }
+}
+
+impl ClientHandler for Client {
+    fn get_info(&self) -> ClientConfig {
+        let caps = match self.answer {
+            Some(_) => ClientCapabilities::builder().enable_elicitation().build(),
+            None => ClientCapabilities::default(),
+        };
+        let mut cfg = ClientConfig::new(caps, Implementation::new("toolpilot-mcp-test", "1.0"));
+        if let Revision::Initialize = self.revision {
+            cfg.protocol_version = ProtocolVersion::V_2025_06_18;
+        }
+        cfg
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = &request {
+            self.questions.lock().unwrap().push(message.clone());
+        }
+        Ok(ElicitResult::new(
+            self.answer.clone().unwrap_or(ElicitationAction::Decline),
+        ))
+    }
+}
+
+type Session = RunningService<RoleClient, Client>;
+
+fn transport(
+    s: &TestServer,
+    bearer: Option<&str>,
+) -> StreamableHttpClientTransport<reqwest::Client> {
+    let mut cfg = StreamableHttpClientTransportConfig::with_uri(s.url("/mcp"));
+    if let Some(t) = bearer {
+        cfg = cfg.auth_header(t);
+    }
+    StreamableHttpClientTransport::with_client(client(), cfg)
+}
+
+fn lifecycle(revision: Revision) -> ClientLifecycleMode {
+    match revision {
+        Revision::Current => ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+        Revision::Initialize => ClientLifecycleMode::Initialize,
+    }
+}
+
+async fn connect_as(s: &TestServer, c: Client) -> Session {
+    let revision = c.revision;
+    let session = c
+        .serve_with_lifecycle(transport(s, None), lifecycle(revision))
+        .await
+        .unwrap_or_else(|e| panic!("{revision:?}: the MCP client could not connect: {e}"));
+    let agreed = session
+        .peer()
+        .peer_info()
+        .map(|i| i.protocol_version.clone());
+    let want = match revision {
+        Revision::Current => ProtocolVersion::V_2026_07_28,
+        Revision::Initialize => ProtocolVersion::V_2025_06_18,
+    };
+    if let Some(v) = agreed {
+        assert_eq!(v, want, "{revision:?}: negotiated another revision");
+    }
+    session
+}
+
+async fn connect(s: &TestServer, revision: Revision) -> Session {
+    connect_as(s, Client::new(revision)).await
+}
+
+fn params(name: &str, args: Value) -> CallToolRequestParams {
+    let mut p = CallToolRequestParams::new(name.to_string());
+    p.arguments = args.as_object().cloned();
+    p
+}
+
+async fn call(session: &Session, name: &str, args: Value) -> CallToolResult {
+    session
+        .call_tool(params(name, args))
+        .await
+        .unwrap_or_else(|e| panic!("tools/call {name} failed at the protocol level: {e}"))
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn is_error(r: &CallToolResult) -> bool {
+    r.is_error == Some(true)
+}
+
+fn run_id(r: &CallToolResult) -> String {
+    r.meta
+        .as_ref()
+        .and_then(|m| m.get("toolpilot/run_id"))
+        .and_then(Value::as_str)
+        .expect("the result names its run in _meta")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_listed_are_the_ones_the_model_is_offered_with_the_same_schemas() {
+    let s = TestServer::builder()
+        .script(json!({"rounds": [{"text": "hi"}]}))
+        .start()
+        .await;
+    // What the model gets when the client declares no tools.
+    let r = s.chat(ask("hello")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let offered: Vec<Value> = s.requests()[0].body["tools"].as_array().unwrap().clone();
+    assert!(offered.len() > 10, "{offered:?}");
+    for revision in BOTH {
+        let session = connect(&s, revision).await;
+        let tools = session.list_all_tools().await.unwrap();
+        assert_eq!(tools.len(), offered.len(), "{revision:?}");
+        for (tool, spec) in tools.iter().zip(&offered) {
+            let f = &spec["function"];
+            assert_eq!(tool.name, f["name"].as_str().unwrap(), "{revision:?}");
+            assert_eq!(
+                tool.description.as_deref(),
+                f["description"].as_str(),
+                "{revision:?}: {}",
+                tool.name
+            );
+            assert_eq!(
+                Value::Object((*tool.input_schema).clone()),
+                f["parameters"],
+                "{revision:?}: {}",
+                tool.name
+            );
+            let name_ok = !tool.name.is_empty()
+                && tool.name.len() <= 64
+                && tool
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            assert!(name_ok, "{} is not a portable tool name", tool.name);
+        }
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        for expected in [
+            "read_file",
+            "grep_search",
+            "single_find_and_replace",
+            "run_terminal_command",
+        ] {
+            assert!(names.contains(&expected), "{revision:?}: {names:?}");
+        }
+        // Disabled tools are not offered to either.
+        assert!(!names.contains(&"create_rule_block"), "{names:?}");
+        let read = tools.iter().find(|t| t.name == "read_file").unwrap();
+        assert_eq!(
+            read.annotations.as_ref().and_then(|a| a.read_only_hint),
+            Some(true)
+        );
+        session.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_file_grep_search_and_an_edit_run_and_the_edit_can_be_undone() {
+    let s = TestServer::builder()
+        .config("[policy]\nallow = [\"single_find_and_replace(src/**)\"]\n")
+        .file("src/lib.rs", "pub fn answer() -> u32 {\n    41\n}\n")
+        .file("notes.md", "nothing here\n")
+        .start()
+        .await;
+    for revision in BOTH {
+        let session = connect(&s, revision).await;
+        let r = call(&session, "read_file", json!({"filepath": "src/lib.rs"})).await;
+        assert!(!is_error(&r), "{revision:?}: {}", text(&r));
+        assert!(text(&r).contains("pub fn answer"), "{}", text(&r));
+
+        let r = call(&session, "grep_search", json!({"query": "fn answer"})).await;
+        assert!(!is_error(&r), "{}", text(&r));
+        assert!(text(&r).contains("src/lib.rs"), "{}", text(&r));
+        assert!(!text(&r).contains("notes.md"), "{}", text(&r));
+
+        let r = call(
+            &session,
+            "single_find_and_replace",
+            json!({"filepath": "src/lib.rs", "old_string": "41", "new_string": "42"}),
+        )
+        .await;
+        assert!(!is_error(&r), "{revision:?}: {}", text(&r));
+        assert_eq!(
+            std::fs::read_to_string(s.path("src/lib.rs")).unwrap(),
+            "pub fn answer() -> u32 {\n    42\n}\n"
+        );
+        // The call is a run: listed, and undone like a model's.
+        let id = run_id(&r);
+        let listed = s.get(&format!("/v1/runs/{id}")).await;
+        assert_eq!(listed.status, 200, "{}", listed.text);
+        let undo = s.post_raw(&format!("/v1/runs/{id}/undo"), "").await;
+        assert_eq!(undo.status, 200, "{}", undo.text);
+        assert_eq!(
+            std::fs::read_to_string(s.path("src/lib.rs")).unwrap(),
+            "pub fn answer() -> u32 {\n    41\n}\n",
+            "{revision:?}: undo did not restore the file"
+        );
+        session.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_command_runs_under_the_command_policy() {
+    let s = TestServer::builder()
+        .config("[policy]\ndeny = [\"run_terminal_command(rm *)\"]\n")
+        .file("data.txt", "one\ntwo\nthree\n")
+        .start()
+        .await;
+    for revision in BOTH {
+        let session = connect(&s, revision).await;
+        // Reads only: the command policy allows it without asking.
+        let r = call(
+            &session,
+            "run_terminal_command",
+            json!({"command": "wc -l data.txt"}),
+        )
+        .await;
+        assert!(!is_error(&r), "{revision:?}: {}", text(&r));
+        assert!(text(&r).contains('3'), "{}", text(&r));
+        // A denied part refuses the whole line, with the rule.
+        let r = call(
+            &session,
+            "run_terminal_command",
+            json!({"command": "echo x && rm data.txt"}),
+        )
+        .await;
+        assert!(is_error(&r), "{}", text(&r));
+        assert!(text(&r).contains("policy"), "{}", text(&r));
+        assert!(s.path("data.txt").exists());
+        session.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_deny_is_an_error_result_with_the_reason() {
+    let s = TestServer::builder()
+        .config("[policy]\ndeny = [\"read_file(drafts/**)\"]\n")
+        .file("drafts/plan.txt", "the plan\n")
+        .start()
+        .await;
+    for revision in BOTH {
+        let session = connect(&s, revision).await;
+        let r = call(
+            &session,
+            "read_file",
+            json!({"filepath": "drafts/plan.txt"}),
+        )
+        .await;
+        assert!(is_error(&r), "{revision:?}: {}", text(&r));
+        let t = text(&r);
+        assert!(t.contains("permission policy refuses"), "{t}");
+        assert!(t.contains("read_file(drafts/**)"), "{t}");
+        assert!(!t.contains("the plan"), "{t}");
+        // Bad arguments are the tool's own message, also as an error result.
+        let r = call(&session, "read_file", json!({})).await;
+        assert!(is_error(&r), "{}", text(&r));
+        assert!(text(&r).contains("filepath"), "{}", text(&r));
+        session.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_or_disabled_tool_is_a_json_rpc_error_that_says_what_is_served() {
+    let s = TestServer::builder()
+        .config("[policy.tools]\nls = \"disabled\"\n")
+        .start()
+        .await;
+    for revision in BOTH {
+        let session = connect(&s, revision).await;
+        for (name, says) in [
+            ("no_such_tool", "no tool named \"no_such_tool\""),
+            ("ls", "disabled by the policy"),
+        ] {
+            match session.call_tool(params(name, json!({}))).await {
+                Err(ServiceError::McpError(e)) => {
+                    assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+                    assert!(e.message.contains(says), "{}", e.message);
+                    assert!(e.message.contains("read_file"), "{}", e.message);
+                }
+                other => panic!("{revision:?}: {name}: expected a JSON-RPC error, got {other:?}"),
+            }
+        }
+        session.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_are_redacted_and_cut_to_the_output_budget() {
+    let secret = "sk-mcp-test-0123456789abcdefghij";
+    let long: String = (0..4000).map(|i| format!("line {i}\n")).collect();
+    let s = TestServer::builder()
+        .config("[tools]\noutput_budget = 4000\n")
+        .env("TOOLPILOT_UPSTREAM_API_KEY", secret)
+        .file("leak.txt", format!("key = {secret}\n"))
+        .file("long.txt", &long)
+        .start()
+        .await;
+    let session = connect(&s, Revision::Current).await;
+    let r = call(&session, "read_file", json!({"filepath": "leak.txt"})).await;
+    assert!(!text(&r).contains(secret), "{}", text(&r));
+    assert!(text(&r).contains("key = "), "{}", text(&r));
+    let r = call(&session, "read_file", json!({"filepath": "long.txt"})).await;
+    let t = text(&r);
+    assert!(t.len() < 4400, "{} bytes", t.len());
+    assert!(t.contains("line 0\n"), "{t}");
+    assert!(!t.contains("line 3999"), "{t}");
+    session.cancel().await.unwrap();
+}
+
+const ASK_CREATE: &str = "[approvals]\nmode = \"wait\"\ntimeout_secs = 60\n";
+
+/// Waits until one call is listed in `/v1/approvals` and returns it.
+async fn the_pending_call(s: &TestServer) -> Value {
+    for _ in 0..400 {
+        let r = s.get("/v1/approvals").await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        if let [one] = r.body["data"].as_array().unwrap().as_slice() {
+            return one.clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("no MCP call ever waited in /v1/approvals");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_waits_in_v1_approvals_and_runs_when_approved_or_says_it_was_denied() {
+    let s = TestServer::builder().config(ASK_CREATE).start().await;
+    for (i, revision) in BOTH.into_iter().enumerate() {
+        for decision in ["approve", "deny"] {
+            let file = format!("new-{i}-{decision}.txt");
+            let session = connect(&s, revision).await;
+            let args = json!({"filepath": file, "contents": "made over MCP\n"});
+            let pending_call =
+                tokio::spawn(async move { call(&session, "create_new_file", args).await });
+            let pending = the_pending_call(&s).await;
+            assert_eq!(pending["tool"], "create_new_file");
+            assert!(pending["arguments"].as_str().unwrap().contains(&file));
+            assert!(!s.path(&file).exists(), "it ran before it was approved");
+            let id = pending["id"].as_str().unwrap();
+            let body = match decision {
+                "approve" => json!({"decision": "approve"}),
+                _ => json!({"decision": "deny", "reason": "not now"}),
+            };
+            let r = s
+                .post_raw(&format!("/v1/approvals/{id}"), body.to_string())
+                .await;
+            assert_eq!(r.status, 200, "{}", r.text);
+            let result = pending_call.await.unwrap();
+            if decision == "approve" {
+                assert!(!is_error(&result), "{revision:?}: {}", text(&result));
+                assert_eq!(
+                    std::fs::read_to_string(s.path(&file)).unwrap(),
+                    "made over MCP\n"
+                );
+            } else {
+                assert!(is_error(&result), "{}", text(&result));
+                assert!(text(&result).contains("denied"), "{}", text(&result));
+                assert!(text(&result).contains("not now"), "{}", text(&result));
+                assert!(!s.path(&file).exists());
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_is_refused_at_once_with_approvals_mode_deny() {
+    let s = TestServer::builder().start().await;
+    let session = connect(&s, Revision::Current).await;
+    let r = call(
+        &session,
+        "create_new_file",
+        json!({"filepath": "x.txt", "contents": "x"}),
+    )
+    .await;
+    assert!(is_error(&r), "{}", text(&r));
+    assert!(text(&r).contains("approval"), "{}", text(&r));
+    assert!(!s.path("x.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_becomes_an_elicitation_when_the_client_declares_them() {
+    let s = TestServer::builder().config(ASK_CREATE).start().await;
+    for (i, revision) in BOTH.into_iter().enumerate() {
+        for action in [ElicitationAction::Accept, ElicitationAction::Decline] {
+            let file = format!("elicited-{i}-{action:?}.txt");
+            let client = Client::new(revision).answering(action.clone());
+            let asked = Arc::clone(&client.asked);
+            let questions = Arc::clone(&client.questions);
+            let session = connect_as(&s, client).await;
+            let r = call(
+                &session,
+                "create_new_file",
+                json!({"filepath": file, "contents": "yes\n"}),
+            )
+            .await;
+            assert_eq!(asked.load(Ordering::SeqCst), 1, "{revision:?} {action:?}");
+            let q = questions.lock().unwrap().join("\n");
+            assert!(q.contains("create_new_file"), "{q}");
+            assert!(q.contains(&file), "{q}");
+            match action {
+                ElicitationAction::Accept => {
+                    assert!(!is_error(&r), "{revision:?}: {}", text(&r));
+                    assert!(s.path(&file).exists());
+                }
+                _ => {
+                    assert!(is_error(&r), "{}", text(&r));
+                    assert!(text(&r).contains("denied"), "{}", text(&r));
+                    assert!(!s.path(&file).exists());
+                }
+            }
+            // Answered: nothing is left waiting in /v1/approvals.
+            let listed = s.get("/v1/approvals").await;
+            assert_eq!(listed.body["data"], json!([]), "{}", listed.text);
+            session.cancel().await.unwrap();
+        }
+    }
+}
+
+/// A raw JSON-RPC POST to `/mcp` with the given extra headers.
+async fn raw_post(s: &TestServer, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut req = client()
+        .post(s.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"}}})
+            .to_string(),
+        );
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_protects_mcp_like_every_endpoint() {
+    let s = TestServer::builder().start().await;
+    let r = raw_post(&s, &[]).await;
+    assert_eq!(r.status(), 200);
+    let r = raw_post(&s, &[("origin", "https://evil.example")]).await;
+    assert_eq!(r.status(), 403);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "origin_not_allowed", "{body}");
+    let r = raw_post(&s, &[("host", "evil.example:7979")]).await;
+    assert_eq!(r.status(), 403);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "host_not_allowed", "{body}");
+
+    let token = "mcp-bearer-token-0123456789";
+    let s = TestServer::builder()
+        .env("TOOLPILOT_BEARER_TOKEN", token)
+        .start()
+        .await;
+    let r = raw_post(&s, &[]).await;
+    assert_eq!(r.status(), 401);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("bearer token"),
+        "{body}"
+    );
+    let r = raw_post(&s, &[("authorization", "Bearer wrong")]).await;
+    assert_eq!(r.status(), 401);
+    // The SDK's client without the token cannot connect; with it, it works.
+    let refused = Client::new(Revision::Current)
+        .serve_with_lifecycle(transport(&s, None), lifecycle(Revision::Current))
+        .await;
+    assert!(refused.is_err(), "connected without the bearer token");
+    let session = Client::new(Revision::Current)
+        .serve_with_lifecycle(transport(&s, Some(token)), lifecycle(Revision::Current))
+        .await
+        .unwrap();
+    let tools = session.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "read_file"));
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_can_be_turned_off() {
+    let s = TestServer::builder()
+        .config("[server]\nmcp = false\n")
+        .start()
+        .await;
+    let r = raw_post(&s, &[]).await;
+    assert_eq!(r.status(), 404);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("server.mcp"),
+        "{body}"
+    );
+}
