@@ -564,3 +564,204 @@ async fn mcp_can_be_turned_off() {
         "{body}"
     );
 }
+
+/// `toolpilot mcp` over a temporary workspace: the real binary, its stdio piped.
+struct StdioServer {
+    child: tokio::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl StdioServer {
+    fn start(config: &str, files: &[(&str, &str)], log: &str) -> StdioServer {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        for (path, contents) in files {
+            let p = ws.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, contents).unwrap();
+        }
+        std::fs::create_dir_all(&ws).unwrap();
+        let cfg = dir.path().join("toolpilot.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolpilot"))
+            .arg("mcp")
+            .arg("--workspace")
+            .arg(&ws)
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .env("TOOLPILOT_LOG", log)
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        StdioServer { child, dir }
+    }
+
+    fn path(&self, rel: &str) -> std::path::PathBuf {
+        self.dir.path().join("ws").join(rel)
+    }
+
+    /// The SDK's client on the process's stdout and stdin.
+    async fn connect(&mut self, c: Client) -> Session {
+        let stdout = self.child.stdout.take().unwrap();
+        let stdin = self.child.stdin.take().unwrap();
+        let revision = c.revision;
+        c.serve_with_lifecycle((stdout, stdin), lifecycle(revision))
+            .await
+            .unwrap_or_else(|e| panic!("{revision:?}: cannot talk to toolpilot mcp: {e}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolpilot_mcp_on_stdio_serves_the_tools_to_the_sdk_client() {
+    let config = "[policy]\nallow = [\"single_find_and_replace(src/**)\"]\n";
+    let files = [("src/lib.rs", "const N: u32 = 1;\n")];
+    for revision in BOTH {
+        let mut server = StdioServer::start(config, &files, "warn");
+        let session = server.connect(Client::new(revision)).await;
+        let tools = session.list_all_tools().await.unwrap();
+        assert!(
+            tools.iter().any(|t| t.name == "grep_search"),
+            "{revision:?}"
+        );
+        let r = call(&session, "grep_search", json!({"query": "const N"})).await;
+        assert!(!is_error(&r), "{revision:?}: {}", text(&r));
+        assert!(text(&r).contains("src/lib.rs"), "{}", text(&r));
+        let r = call(
+            &session,
+            "single_find_and_replace",
+            json!({"filepath": "src/lib.rs", "old_string": "= 1", "new_string": "= 2"}),
+        )
+        .await;
+        assert!(!is_error(&r), "{revision:?}: {}", text(&r));
+        assert_eq!(
+            std::fs::read_to_string(server.path("src/lib.rs")).unwrap(),
+            "const N: u32 = 2;\n"
+        );
+        // Nobody can approve over stdio without elicitation: refused at once, saying how.
+        let r = call(
+            &session,
+            "create_new_file",
+            json!({"filepath": "new.txt", "contents": "x"}),
+        )
+        .await;
+        assert!(is_error(&r), "{}", text(&r));
+        assert!(text(&r).contains("--yes"), "{}", text(&r));
+        assert!(!server.path("new.txt").exists());
+        session.cancel().await.unwrap();
+        // The client closing stdin ends the process cleanly.
+        let status = tokio::time::timeout(std::time::Duration::from_secs(60), server.child.wait())
+            .await
+            .expect("toolpilot mcp did not exit after its client left")
+            .unwrap();
+        assert!(status.success(), "{status}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolpilot_mcp_on_stdio_asks_through_elicitation() {
+    for revision in BOTH {
+        for action in [ElicitationAction::Accept, ElicitationAction::Decline] {
+            let mut server = StdioServer::start("", &[], "warn");
+            let client = Client::new(revision).answering(action.clone());
+            let asked = Arc::clone(&client.asked);
+            let session = server.connect(client).await;
+            let r = call(
+                &session,
+                "create_new_file",
+                json!({"filepath": "asked.txt", "contents": "ok\n"}),
+            )
+            .await;
+            assert_eq!(asked.load(Ordering::SeqCst), 1, "{revision:?} {action:?}");
+            let accepted = action == ElicitationAction::Accept;
+            assert_eq!(is_error(&r), !accepted, "{revision:?}: {}", text(&r));
+            assert_eq!(server.path("asked.txt").exists(), accepted);
+            session.cancel().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolpilot_mcp_writes_only_json_rpc_to_stdout_and_its_log_to_stderr() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut server = StdioServer::start("", &[("a.txt", "alpha\n")], "debug");
+    let mut stdin = server.child.stdin.take().unwrap();
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "read_file", "arguments": {"filepath": "a.txt"}}}),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+               "params": {"name": "run_terminal_command", "arguments": {"command": "echo to-the-result"}}}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+               "params": {"name": "nope", "arguments": {}}}),
+    ];
+    let stdout = server.child.stdout.take().unwrap();
+    let mut stderr = server.child.stderr.take().unwrap();
+    let read_err = tokio::spawn(async move {
+        let mut err = String::new();
+        stderr.read_to_string(&mut err).await.unwrap();
+        err
+    });
+    for l in &lines {
+        stdin.write_all(format!("{l}\n").as_bytes()).await.unwrap();
+    }
+    stdin.flush().await.unwrap();
+    // Every line of stdout until the five requests are answered, then stdin closes.
+    let mut reader = tokio::io::BufReader::new(stdout);
+    let mut out = String::new();
+    let all_answered = |out: &str| {
+        (1..=5).all(|id| {
+            out.lines()
+                .any(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["id"] == json!(id)))
+        })
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        use tokio::io::AsyncBufReadExt;
+        while !all_answered(&out) {
+            let mut line = String::new();
+            if reader.read_line(&mut line).await.unwrap() == 0 {
+                break;
+            }
+            out.push_str(&line);
+        }
+    })
+    .await
+    .expect("toolpilot mcp did not answer the five requests");
+    drop(stdin);
+    let status = tokio::time::timeout(std::time::Duration::from_secs(60), server.child.wait())
+        .await
+        .expect("toolpilot mcp did not exit after stdin closed")
+        .unwrap();
+    reader.read_to_string(&mut out).await.unwrap();
+    let err = read_err.await.unwrap();
+    assert!(status.success(), "{status}\n{err}");
+    let mut ids = Vec::new();
+    for line in out.lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| {
+            panic!("stdout carries something that is not JSON ({e}): {line:?}")
+        });
+        assert_eq!(v["jsonrpc"], "2.0", "{line}");
+        ids.push(v["id"].clone());
+    }
+    for id in 1..=5 {
+        assert!(
+            ids.contains(&json!(id)),
+            "no answer to request {id}: {out}\n{err}"
+        );
+    }
+    assert!(out.contains("alpha"), "{out}");
+    assert!(out.contains("to-the-result"), "{out}");
+    // The log went to stderr (debug level asked for), none of it to stdout.
+    assert!(err.contains("serving MCP on stdio"), "{err}");
+    assert!(err.contains("policy decision"), "{err}");
+    assert!(!out.contains("policy decision"), "{out}");
+}
