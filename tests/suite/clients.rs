@@ -1,5 +1,5 @@
 //! The real clients, as they ship, against toolpilot and the mock upstream: the Codex CLI
-//! (`codex exec`, the Responses API), the Continue CLI (`cn -p`), the OpenAI Node SDK, the
+//! (`codex exec`, the Responses API, and with toolpilot as its MCP server), the Continue CLI (`cn -p`), the OpenAI Node SDK, the
 //! OpenAI Python SDK (chat and Responses) and langchain-openai. `.ci/run` installs them at the
 //! versions pinned in `tests/clients/package.json` and `tests/clients/requirements.txt` and sets
 //! TOOLPILOT_REQUIRE_CLIENTS=1; without that, a missing client skips its test.
@@ -334,4 +334,114 @@ async fn the_openai_python_sdk_runs_both_round_trips_in_responses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn langchain_openai_runs_both_round_trips() {
     python_client("langchain").await;
+}
+
+/// Codex configured with toolpilot as its MCP server (`[mcp_servers.toolpilot] url = …/mcp`)
+/// and its model behind toolpilot's Responses endpoint: the model calls toolpilot's tools
+/// through Codex's MCP client (`mcp__toolpilot__…`), and they really run in the workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_exec_uses_toolpilot_as_its_mcp_server() {
+    let Some(codex) = installed(".bin/codex") else {
+        return;
+    };
+    let rounds = vec![
+        json!({"tool_calls": [{"id": "mcp_1", "name": "mcp__toolpilot__read_file",
+                               "arguments": {"filepath": "hello.txt"}}]}),
+        json!({"tool_calls": [{"id": "mcp_2", "name": "mcp__toolpilot__create_new_file",
+                               "arguments": {"filepath": "from-codex.txt",
+                                             "contents": "written through MCP\n"}}]}),
+        json!({"tool_calls": [{"id": "mcp_3", "name": "mcp__toolpilot__read_file",
+                               "arguments": {"filepath": "drafts/plan.txt"}}]}),
+        json!({"text": "Codex is done.", "chunk_size": 5}),
+    ];
+    let s = TestServer::builder()
+        .file("hello.txt", SERVER_FILE)
+        .file("drafts/plan.txt", "secret plan\n")
+        .script(json!({"models": ["mock-model"], "rounds": rounds}))
+        .config(
+            "[policy]\nallow = [\"create_new_file(from-codex.txt)\"]\n\
+             deny = [\"read_file(drafts/**)\"]\n",
+        )
+        .start()
+        .await;
+    let codex_home = home(&s, "codex-home");
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model = \"mock-model\"\nmodel_provider = \"toolpilot\"\n\
+             [model_providers.toolpilot]\nname = \"toolpilot\"\nbase_url = {:?}\n\
+             wire_api = \"responses\"\n\
+             [mcp_servers.toolpilot]\nurl = {:?}\n",
+            s.url("/v1"),
+            s.url("/mcp")
+        ),
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(codex);
+    cmd.args([
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--sandbox",
+        "danger-full-access",
+        "Use toolpilot to read hello.txt and write from-codex.txt.",
+    ])
+    .current_dir(&s.ws)
+    .env("CODEX_HOME", &codex_home)
+    .env("HOME", home(&s, "home"))
+    .env("NO_PROXY", "127.0.0.1")
+    .env_remove("OPENAI_API_KEY")
+    .env_remove("OPENAI_BASE_URL");
+    let (stdout, _) = run(cmd, "codex exec").await;
+    let reqs = s.requests();
+    check_conversation_invariants(&reqs);
+    // Codex listed toolpilot's tools over MCP and offered them to its model.
+    let offered: Vec<&str> = reqs[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    for name in [
+        "mcp__toolpilot__read_file",
+        "mcp__toolpilot__run_terminal_command",
+    ] {
+        assert!(offered.contains(&name), "{offered:?}");
+    }
+    assert!(
+        reqs.len() >= 4,
+        "{} upstream requests: {stdout}",
+        reqs.len()
+    );
+    // The read ran in toolpilot and its result went back through Codex to the model.
+    let read = tool_result(&reqs[1], "mcp_1");
+    assert!(read.contains(SERVER_FILE.trim()), "{read:?}\n{stdout}");
+    // The write really happened, under the policy's allow rule.
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("from-codex.txt")).unwrap(),
+        "written through MCP\n",
+        "{stdout}"
+    );
+    // A denied call reached the model as an error that says why, and read nothing.
+    let denied = tool_result(&reqs[3], "mcp_3");
+    assert!(denied.contains("permission policy refuses"), "{denied:?}");
+    assert!(!denied.contains("secret plan"), "{denied:?}");
+    let completed: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "item.completed")
+        .map(|e| e["item"].clone())
+        .collect();
+    assert!(
+        completed
+            .iter()
+            .any(|i| i["type"] == "mcp_tool_call" && i["server"] == "toolpilot"),
+        "{stdout}"
+    );
+    assert!(
+        completed
+            .iter()
+            .any(|i| i["type"] == "agent_message" && i["text"] == "Codex is done."),
+        "{stdout}"
+    );
 }
