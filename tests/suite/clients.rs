@@ -1,7 +1,8 @@
 //! The real clients, as they ship, against toolpilot and the mock upstream: the Codex CLI
-//! (`codex exec`, the Responses API, and with toolpilot as its MCP server), the Continue CLI (`cn -p`), the OpenAI Node SDK, the
-//! OpenAI Python SDK (chat and Responses) and langchain-openai. `.ci/run` installs them at the
-//! versions pinned in `tests/clients/package.json` and `tests/clients/requirements.txt` and sets
+//! (`codex exec`, the Responses API; also with toolpilot as its MCP server), the Continue CLI
+//! (`cn -p`), the OpenAI Node SDK, the OpenAI Python SDK (chat and Responses) and
+//! langchain-openai. `.ci/run` installs them at the versions pinned in
+//! `tests/clients/package.json` and `tests/clients/requirements.txt` and sets
 //! TOOLPILOT_REQUIRE_CLIENTS=1; without that, a missing client skips its test.
 //!
 //! Each runs both round trips: a call toolpilot runs (`read_file`, offered beside the client's
