@@ -342,6 +342,35 @@ async fn langchain_openai_runs_both_round_trips() {
 /// through Codex's MCP client (`mcp__toolpilot__…`), and they really run in the workspace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_exec_uses_toolpilot_as_its_mcp_server() {
+    codex_with_toolpilot_mcp(|s| format!("url = {:?}\n", s.url("/mcp"))).await;
+}
+
+/// The same with `toolpilot mcp` as a process Codex starts (`command`, `args`), over the test
+/// server's configuration and state folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_exec_uses_toolpilot_mcp_on_stdio() {
+    codex_with_toolpilot_mcp(|s| {
+        let args = [
+            "mcp".to_string(),
+            "--workspace".into(),
+            s.ws.display().to_string(),
+            "--config".into(),
+            s.dir.path().join("toolpilot.toml").display().to_string(),
+            "--state-dir".into(),
+            s.dir.path().join("state").display().to_string(),
+        ];
+        format!(
+            "command = {:?}\nargs = {}\n",
+            env!("CARGO_BIN_EXE_toolpilot"),
+            serde_json::to_string(&args).unwrap()
+        )
+    })
+    .await;
+}
+
+/// Codex with `[mcp_servers.toolpilot]` set to `server(s)`: a read, an allowed write and a
+/// denied read through toolpilot's MCP tools.
+async fn codex_with_toolpilot_mcp(server: impl Fn(&TestServer) -> String) {
     let Some(codex) = installed(".bin/codex") else {
         return;
     };
@@ -372,9 +401,9 @@ async fn codex_exec_uses_toolpilot_as_its_mcp_server() {
             "model = \"mock-model\"\nmodel_provider = \"toolpilot\"\n\
              [model_providers.toolpilot]\nname = \"toolpilot\"\nbase_url = {:?}\n\
              wire_api = \"responses\"\n\
-             [mcp_servers.toolpilot]\nurl = {:?}\n",
+             [mcp_servers.toolpilot]\n{}",
             s.url("/v1"),
-            s.url("/mcp")
+            server(&s)
         ),
     )
     .unwrap();
@@ -445,4 +474,70 @@ async fn codex_exec_uses_toolpilot_as_its_mcp_server() {
             .any(|i| i["type"] == "agent_message" && i["text"] == "Codex is done."),
         "{stdout}"
     );
+}
+
+/// The Continue CLI with toolpilot as its MCP server (`mcpServers: type: streamable-http`).
+/// `cn` offers the MCP tools under their own names, which are toolpilot's built-in names: its
+/// model is a plain one (`plain/…`: toolpilot runs nothing in the chat loop), so every call
+/// goes back to `cn`, which makes it over MCP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_cli_uses_toolpilot_as_its_mcp_server() {
+    let Some(cn) = installed("@continuedev/cli/dist/cn.js") else {
+        return;
+    };
+    let rounds = vec![
+        json!({"tool_calls": [{"id": "mcp_1", "name": "read_file",
+                               "arguments": {"filepath": "hello.txt"}}]}),
+        json!({"tool_calls": [{"id": "mcp_2", "name": "create_new_file",
+                               "arguments": {"filepath": "from-cn.txt",
+                                             "contents": "written through MCP\n"}}]}),
+        json!({"text": "cn is done."}),
+    ];
+    let s = TestServer::builder()
+        .file("hello.txt", SERVER_FILE)
+        .script(json!({"models": ["mock-model"], "rounds": rounds}))
+        .config("[policy]\nallow = [\"create_new_file(from-cn.txt)\"]\n")
+        .start()
+        .await;
+    let home_dir = home(&s, "home");
+    let config = home_dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "name: toolpilot\nversion: 0.0.1\nschema: v1\nmodels:\n  - name: toolpilot\n    \
+             provider: openai\n    model: plain/mock-model\n    apiBase: {}\n    \
+             apiKey: unused\n    roles: [chat]\n    capabilities: [tool_use]\n\
+             mcpServers:\n  - name: toolpilot\n    type: streamable-http\n    url: {}\n",
+            s.url("/v1"),
+            s.url("/mcp")
+        ),
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg(cn)
+        .args(["-p", "--auto", "--config"])
+        .arg(&config)
+        .arg("Read hello.txt and write from-cn.txt.")
+        .current_dir(&s.ws)
+        .env("HOME", &home_dir)
+        .env("CONTINUE_GLOBAL_DIR", home_dir.join(".continue"))
+        .env("CONTINUE_CLI_ENABLE_TELEMETRY", "0")
+        .env("CONTINUE_METRICS_ENABLED", "0")
+        .env("NO_PROXY", "127.0.0.1");
+    let (stdout, _) = run(cmd, "cn -p").await;
+    assert_eq!(stdout.trim(), "cn is done.");
+    let reqs = s.requests();
+    assert_eq!(reqs.len(), 3, "{stdout}");
+    check_conversation_invariants(&reqs);
+    // A plain model: toolpilot ran nothing itself, so the result came through cn's MCP call.
+    let read = tool_result(&reqs[1], "mcp_1");
+    assert!(read.contains(SERVER_FILE.trim()), "{read:?}");
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("from-cn.txt")).unwrap(),
+        "written through MCP\n"
+    );
+    let runs = s.get("/v1/runs").await;
+    assert_eq!(runs.status, 200, "{}", runs.text);
+    let mcp_runs = runs.text.matches("MCP tools/call").count();
+    assert_eq!(mcp_runs, 2, "{}", runs.text);
 }
