@@ -45,6 +45,9 @@ pub struct ServerConfig {
     /// Serve the built-in tools to MCP clients at `/mcp` (streamable HTTP), under the same
     /// guard and policy as the rest of the API.
     pub mcp: bool,
+    /// Put an MCP call's `ask` to the MCP client too (elicitation), when it declared them. The
+    /// client's answer approves like `--yes` (never what only a person may approve).
+    pub mcp_elicitation: bool,
 }
 
 /// The admin token and where it came from.
@@ -150,6 +153,7 @@ pub(super) struct ServerFile {
     pub(super) record_requests: Option<std::path::PathBuf>,
     pub(super) shutdown_grace_secs: Option<f64>,
     pub(super) mcp: Option<bool>,
+    pub(super) mcp_elicitation: Option<bool>,
 }
 
 pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, ConfigError> {
@@ -200,6 +204,7 @@ pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, Conf
         record_requests: s.record_requests,
         shutdown_grace: secs("server.shutdown_grace_secs", s.shutdown_grace_secs, 10.0)?,
         mcp: s.mcp.unwrap_or(true),
+        mcp_elicitation: s.mcp_elicitation.unwrap_or(true),
     })
 }
 

@@ -82,6 +82,7 @@ fn the_example_config_loads_and_documents_every_key() {
         "keepalive_secs",
         "shutdown_grace_secs",
         "mcp",
+        "mcp_elicitation",
         "progress",
         "detach",
         "models",

@@ -186,7 +186,7 @@ impl McpTools {
         tokio::select! {
             done = &mut task => Ok(CallToolResponse::Complete(result_of(joined(done), &run_id))),
             Ok(asked) = asked_rx => {
-                let token = super::new_run_id();
+                let token = retry_token();
                 let question = asked.question.clone();
                 self.retries.insert(token.clone(), Waiting {
                     task,
@@ -250,6 +250,9 @@ impl McpTools {
 
     /// How this request's client can be asked to approve a call.
     fn elicitation(&self, context: &RequestContext<RoleServer>) -> Elicit {
+        if !self.engine.config.server.mcp_elicitation {
+            return Elicit::No;
+        }
         let form = context
             .client_capabilities()
             .and_then(|c| c.elicitation)
@@ -310,6 +313,17 @@ fn result_of(outcome: Outcome, run_id: &str) -> CallToolResult {
     meta.insert("toolpilot/status".into(), json!(outcome.status.label()));
     result.meta = Some(meta);
     result
+}
+
+/// A `requestState` for a call waiting for its retry: 128 random bits, so that no other client
+/// can answer it by guessing.
+fn retry_token() -> String {
+    let mut bytes = [0u8; 16];
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).is_err() {
+        // The system's random source failed: still unique, if guessable.
+        return format!("{}-{}", super::new_run_id(), fastrand::u64(..));
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The outcome of a call's task (one that panicked says so).
@@ -449,9 +463,10 @@ impl Job {
         outcome
     }
 
-    /// Waits for a person: `/v1/approvals` (over HTTP), the client's elicitation, or both;
-    /// `None` when nobody answered within the timeout.
-    async fn person(&self, ask: &Ask, targets: &[Target]) -> Option<Verdict> {
+    /// Waits for an answer: `/v1/approvals` (over HTTP), the client's elicitation (`elicit`),
+    /// or both; `None` when nobody answered within the timeout. The flag says whether the
+    /// answer came from the client.
+    async fn answer(&self, ask: &Ask, targets: &[Target], elicit: bool) -> Option<(Verdict, bool)> {
         let engine = &self.engine;
         let timeout = engine.config.approvals.timeout;
         let name = &self.call.name;
@@ -478,6 +493,7 @@ impl Job {
         let elicited: Pin<Box<dyn Future<Output = Option<Verdict>> + Send + '_>> = match &self
             .elicit
         {
+            _ if !elicit => Box::pin(std::future::pending()),
             Elicit::No => Box::pin(std::future::pending()),
             Elicit::Request(peer) => Box::pin(async move {
                 match peer
@@ -524,17 +540,21 @@ impl Job {
             }
         };
         let verdict = tokio::select! {
-            v = by_api => v,
-            v = elicited => v,
+            v = by_api => v.map(|v| (v, false)),
+            v = elicited => v.map(|v| (v, true)),
             _ = tokio::time::sleep(timeout) => None,
         };
         engine.runs.event(
             &self.run_id,
             "approval",
             json!({"tool": name, "outcome": match &verdict {
-                Some(Verdict::Approve { .. }) => "approved",
-                Some(Verdict::Deny { .. }) => "denied",
+                Some((Verdict::Approve { .. }, _)) => "approved",
+                Some((Verdict::Deny { .. }, _)) => "denied",
                 None => "timed out",
+            }, "by": match &verdict {
+                Some((_, true)) => "the MCP client",
+                Some((_, false)) => "the user",
+                None => "nobody",
             }}),
         );
         verdict
@@ -582,7 +602,9 @@ impl Approver for Job {
             if cfg.agent.approve_asks && !ask.person_only {
                 return Approval::Approved("--yes".into(), Grant::Yes);
             }
-            let elicits = !matches!(self.elicit, Elicit::No);
+            // The client's answer is not known to be a person's (a client may answer on its
+            // own, as `codex exec` does): it never approves what only a person may.
+            let elicits = !matches!(self.elicit, Elicit::No) && !ask.person_only;
             if cfg.approvals.mode == ApprovalMode::Deny && !elicits {
                 return Approval::Refused(
                     format!(
@@ -595,19 +617,31 @@ impl Approver for Job {
                 );
             }
             if !self.approvals_api && !elicits {
+                let why = if ask.person_only {
+                    "only a person can approve it, in the console or through /v1/approvals of \
+                     `toolpilot serve`, and `toolpilot mcp` (stdio) has neither. The user can \
+                     allow it with a rule that names the path or command (policy.allow), or \
+                     use MCP over HTTP (/mcp), where asks wait in the console."
+                } else {
+                    "nobody can give it here: this MCP client did not declare elicitation and \
+                     `toolpilot mcp` (stdio) has no approval API. The user can start it with \
+                     --yes or allow the call with a rule (policy.allow); or use MCP over HTTP \
+                     (/mcp), where asks wait in the console."
+                };
                 return Approval::Refused(
                     format!(
-                        "{name} was not run: it needs the user's approval ({reason}), and nobody \
-                         can give it here: this MCP client did not declare elicitation and \
-                         `toolpilot mcp` (stdio) has no approval API. The user can start it with \
-                         --yes or allow the call with a rule (policy.allow); or serve MCP over \
-                         HTTP (`toolpilot serve`, /mcp), where asks wait in the console."
+                        "{name} was not run: it needs the user's approval ({reason}), and {why}"
                     ),
                     Status::NeedsApproval,
                 );
             }
-            match self.person(ask, targets).await {
-                Some(Verdict::Approve { always }) => Approval::Approved(
+            match self.answer(ask, targets, elicits).await {
+                // An answer from the client counts like `--yes`: commands keep protected paths
+                // read-only; only an answer in the console or /v1/approvals lifts that.
+                Some((Verdict::Approve { .. }, true)) => {
+                    Approval::Approved("the MCP client (elicitation)".into(), Grant::Yes)
+                }
+                Some((Verdict::Approve { always }, false)) => Approval::Approved(
                     if always {
                         "the user (always)".into()
                     } else {
@@ -615,7 +649,7 @@ impl Approver for Job {
                     },
                     Grant::Person,
                 ),
-                Some(Verdict::Deny { reason: why }) => Approval::Refused(
+                Some((Verdict::Deny { reason: why }, _)) => Approval::Refused(
                     format!(
                         "{name} was not run: the user denied it{}. Do not retry it; do without \
                          it, or ask the user how to proceed.",

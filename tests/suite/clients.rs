@@ -541,3 +541,67 @@ async fn continue_cli_uses_toolpilot_as_its_mcp_server() {
     let mcp_runs = runs.text.matches("MCP tools/call").count();
     assert_eq!(mcp_runs, 2, "{}", runs.text);
 }
+
+/// `codex exec` accepts every elicitation on its own: an ordinary ask it is put to runs, but a
+/// write of a protected path (only a person may approve it) is never put to the client; it
+/// waits in /v1/approvals, where nobody answers here, and is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_answers_elicitations_but_never_approves_a_protected_path() {
+    let Some(codex) = installed(".bin/codex") else {
+        return;
+    };
+    let rounds = vec![
+        json!({"tool_calls": [{"id": "mcp_1", "name": "mcp__toolpilot__create_new_file",
+                               "arguments": {"filepath": "from-codex.txt",
+                                             "contents": "asked and answered\n"}}]}),
+        json!({"tool_calls": [{"id": "mcp_2", "name": "mcp__toolpilot__create_new_file",
+                               "arguments": {"filepath": "AGENTS.md",
+                                             "contents": "obey the model\n"}}]}),
+        json!({"text": "Codex is done.", "chunk_size": 5}),
+    ];
+    let s = TestServer::builder()
+        .script(json!({"models": ["mock-model"], "rounds": rounds}))
+        .config("[approvals]\nmode = \"wait\"\ntimeout_secs = 2\n")
+        .start()
+        .await;
+    let codex_home = home(&s, "codex-home");
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model = \"mock-model\"\nmodel_provider = \"toolpilot\"\n\
+             [model_providers.toolpilot]\nname = \"toolpilot\"\nbase_url = {:?}\n\
+             wire_api = \"responses\"\n\
+             [mcp_servers.toolpilot]\nurl = {:?}\n",
+            s.url("/v1"),
+            s.url("/mcp")
+        ),
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(codex);
+    cmd.args([
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--sandbox",
+        "danger-full-access",
+        "Write the two files.",
+    ])
+    .current_dir(&s.ws)
+    .env("CODEX_HOME", &codex_home)
+    .env("HOME", home(&s, "home"))
+    .env("NO_PROXY", "127.0.0.1")
+    .env_remove("OPENAI_API_KEY")
+    .env_remove("OPENAI_BASE_URL");
+    let (stdout, _) = run(cmd, "codex exec").await;
+    let reqs = s.requests();
+    assert_eq!(reqs.len(), 3, "{stdout}");
+    let first = tool_result(&reqs[1], "mcp_1");
+    assert!(first.contains("Created from-codex.txt"), "{first:?}");
+    assert!(s.ws.join("from-codex.txt").exists());
+    let second = tool_result(&reqs[2], "mcp_2");
+    assert!(second.contains("nobody approved it"), "{second:?}");
+    assert!(
+        !s.ws.join("AGENTS.md").exists(),
+        "a protected path was written"
+    );
+}

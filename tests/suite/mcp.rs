@@ -765,3 +765,62 @@ async fn toolpilot_mcp_writes_only_json_rpc_to_stdout_and_its_log_to_stderr() {
     assert!(err.contains("policy decision"), "{err}");
     assert!(!out.contains("policy decision"), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protected_path_is_never_put_to_the_client_and_elicitation_can_be_turned_off() {
+    for (config, file) in [
+        // Only a person may approve writing a protected path: not the client's elicitation.
+        (ASK_CREATE.to_string(), "AGENTS.md"),
+        // server.mcp_elicitation = false: asks wait only in /v1/approvals.
+        (
+            format!("{ASK_CREATE}[server]\nmcp_elicitation = false\n"),
+            "plain.txt",
+        ),
+    ] {
+        let s = TestServer::builder().config(&config).start().await;
+        for revision in BOTH {
+            let client = Client::new(revision).answering(ElicitationAction::Accept);
+            let asked = Arc::clone(&client.asked);
+            let session = connect_as(&s, client).await;
+            let args = json!({"filepath": file, "contents": "x\n"});
+            let pending_call =
+                tokio::spawn(async move { call(&session, "create_new_file", args).await });
+            let pending = the_pending_call(&s).await;
+            let id = pending["id"].as_str().unwrap();
+            let r = s
+                .post_raw(
+                    &format!("/v1/approvals/{id}"),
+                    json!({"decision": "deny"}).to_string(),
+                )
+                .await;
+            assert_eq!(r.status, 200, "{}", r.text);
+            let result = pending_call.await.unwrap();
+            assert!(is_error(&result), "{}", text(&result));
+            assert_eq!(asked.load(Ordering::SeqCst), 0, "{revision:?} {file}");
+            assert!(!s.path(file).exists());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_stdio_a_protected_path_is_refused_even_with_elicitation() {
+    let mut server = StdioServer::start("", &[], "warn");
+    let client = Client::new(Revision::Current).answering(ElicitationAction::Accept);
+    let asked = Arc::clone(&client.asked);
+    let session = server.connect(client).await;
+    let r = call(
+        &session,
+        "create_new_file",
+        json!({"filepath": "AGENTS.md", "contents": "x\n"}),
+    )
+    .await;
+    assert!(is_error(&r), "{}", text(&r));
+    assert!(
+        text(&r).contains("only a person can approve"),
+        "{}",
+        text(&r)
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+    assert!(!server.path("AGENTS.md").exists());
+    session.cancel().await.unwrap();
+}
