@@ -670,3 +670,147 @@ impl Approver for Job {
         })
     }
 }
+
+/// In front of rmcp's HTTP service: a POST body that is not one JSON-RPC message gets a
+/// JSON-RPC error that says what `/mcp` takes (rmcp answers such bodies with a bare 415), a
+/// `tools/call` without a tool name is `invalid_params` (rmcp would call it an unknown
+/// method), and rmcp's terse "method not found" names what is served.
+pub async fn protocol_errors(
+    limit: usize,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{Method, StatusCode};
+    if req.method() != Method::POST {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            return rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Value::Null,
+                -32600,
+                format!(
+                    "Invalid Request: the body is larger than server.max_body_bytes ({limit} \
+                     bytes) or was cut off"
+                ),
+            );
+        }
+    };
+    let message: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                -32700,
+                format!(
+                    "Parse error: the body is not JSON ({e}). POST /mcp takes one JSON-RPC 2.0 \
+                     message, as MCP's streamable HTTP transport sends it"
+                ),
+            );
+        }
+    };
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let is_response = message.get("result").is_some() || message.get("error").is_some();
+    if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0")
+        || (method.is_none() && !is_response)
+    {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            -32600,
+            "Invalid Request: POST /mcp takes one JSON-RPC 2.0 message: an object with \
+             \"jsonrpc\": \"2.0\" and either a \"method\" (a request or a notification) or a \
+             \"result\" or \"error\" (a response); batches are not accepted"
+                .into(),
+        );
+    }
+    if method.as_deref() == Some("tools/call") {
+        let params = message.get("params");
+        let name_ok = params
+            .and_then(|p| p.get("name"))
+            .is_some_and(Value::is_string);
+        let args_ok = params
+            .and_then(|p| p.get("arguments"))
+            .is_none_or(|a| a.is_object() || a.is_null());
+        if !name_ok || !args_ok {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                -32602,
+                "Invalid params: tools/call takes params.name, the tool's name as a string \
+                 (tools/list gives the names and schemas), and params.arguments, an object"
+                    .into(),
+            );
+        }
+    }
+    let resp = next
+        .run(axum::extract::Request::from_parts(
+            parts,
+            axum::body::Body::from(bytes),
+        ))
+        .await;
+    match method {
+        Some(m) if resp.status().is_client_error() => name_unknown_method(resp, &m).await,
+        _ => resp,
+    }
+}
+
+/// rmcp's "method not found" error says only the method: say what is served.
+async fn name_unknown_method(
+    resp: axum::response::Response,
+    method: &str,
+) -> axum::response::Response {
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 1 << 20).await else {
+        return axum::response::Response::from_parts(parts, axum::body::Body::empty());
+    };
+    let mut v: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(_) => {
+            return axum::response::Response::from_parts(parts, axum::body::Body::from(bytes));
+        }
+    };
+    if v["error"]["code"] == json!(-32601) {
+        v["error"]["message"] = json!(format!(
+            "Method not found: toolpilot's MCP server does not answer {method:?}; it answers \
+             server/discover, initialize, ping, tools/list and tools/call"
+        ));
+        let mut parts = parts;
+        parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+        return axum::response::Response::from_parts(parts, axum::body::Body::from(v.to_string()));
+    }
+    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+/// A JSON-RPC error as the whole HTTP response.
+fn rpc_error(
+    status: axum::http::StatusCode,
+    id: Value,
+    code: i64,
+    message: String,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+            .to_string(),
+    )
+        .into_response()
+}

@@ -147,7 +147,12 @@ fn mcp_routes(state: &AppState) -> Router<AppState> {
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    Router::new().route_service(mcp::PATH, service)
+    let limit = state.server.max_body_bytes;
+    Router::new()
+        .route_service(mcp::PATH, service)
+        .route_layer(middleware::from_fn(move |req, next| {
+            mcp::protocol_errors(limit, req, next)
+        }))
 }
 
 /// Checks that a bind address is safe for the configuration.

@@ -824,3 +824,104 @@ async fn over_stdio_a_protected_path_is_refused_even_with_elicitation() {
     assert!(!server.path("AGENTS.md").exists());
     session.cancel().await.unwrap();
 }
+
+/// A raw POST of `body` to `/mcp` with the 2026-07-28 headers (`method` in `Mcp-Method`).
+async fn raw_rpc(s: &TestServer, method: &str, body: &str) -> (u16, Value) {
+    let r = client()
+        .post(s.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    let v = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("not a JSON-RPC answer ({e}): {status} {text:?}"));
+    (status, v)
+}
+
+fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+           "io.modelcontextprotocol/clientCapabilities": {},
+           "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_errors_are_json_rpc_errors_that_say_what_is_wrong() {
+    let s = TestServer::builder().file("a.txt", "alpha\n").start().await;
+    let (status, v) = raw_rpc(&s, "tools/list", "this is not json").await;
+    assert_eq!(status, 400);
+    assert_eq!(v["error"]["code"], -32700, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("not JSON"),
+        "{v}"
+    );
+    assert_eq!(v["id"], Value::Null);
+
+    let (status, v) = raw_rpc(&s, "tools/list", r#"{"hello": 1}"#).await;
+    assert_eq!(status, 400);
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"jsonrpc\": \"2.0\""),
+        "{v}"
+    );
+
+    let no_name = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                         "params": {"_meta": meta(), "arguments": {}}});
+    let (status, v) = raw_rpc(&s, "tools/call", &no_name.to_string()).await;
+    assert_eq!(status, 400);
+    assert_eq!(v["id"], 7);
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("params.name"),
+        "{v}"
+    );
+
+    let bogus = json!({"jsonrpc": "2.0", "id": 8, "method": "bogus/method",
+                       "params": {"_meta": meta()}});
+    let (_, v) = raw_rpc(&s, "bogus/method", &bogus.to_string()).await;
+    assert_eq!(v["error"]["code"], -32601, "{v}");
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(
+        m.contains("bogus/method") && m.contains("tools/call"),
+        "{v}"
+    );
+
+    // A well-formed call still goes through.
+    let read = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"_meta": meta(), "name": "read_file",
+                                 "arguments": {"filepath": "a.txt"}}});
+    let r = client()
+        .post(s.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "read_file")
+        .body(read.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let run_id = r
+        .headers()
+        .get("x-toolpilot-run-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let text = r.text().await.unwrap();
+    assert!(text.contains("alpha"), "{text}");
+    // Over HTTP the call's run is the request's: the header names it, like the result.
+    assert!(text.contains(&run_id), "{run_id} {text}");
+}
