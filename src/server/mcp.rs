@@ -434,6 +434,13 @@ impl Job {
         let stopping = engine.stopping();
         let outcome = tokio::select! {
             o = engine.registry.dispatch(call, &env, &self) => o,
+            // The client went away or sent `notifications/cancelled`: the call is dropped
+            // wherever it was (a wait for approval is withdrawn, a command's tree killed).
+            _ = self.cancel.cancelled() => Outcome {
+                content: format!("{} was cancelled by the MCP client", call.name),
+                status: Status::Error,
+                duration: started.elapsed(),
+            },
             _ = stopping.cancelled() => Outcome {
                 content: format!(
                     "{} was stopped: the server is shutting down and its grace period \

@@ -925,3 +925,39 @@ async fn protocol_errors_are_json_rpc_errors_that_say_what_is_wrong() {
     // Over HTTP the call's run is the request's: the header names it, like the result.
     assert!(text.contains(&run_id), "{run_id} {text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_withdraws_its_waiting_call() {
+    let s = TestServer::builder().config(ASK_CREATE).start().await;
+    for revision in BOTH {
+        let session = connect(&s, revision).await;
+        let waiting = tokio::spawn(async move {
+            call(
+                &session,
+                "create_new_file",
+                json!({"filepath": "never.txt", "contents": "x"}),
+            )
+            .await
+        });
+        let pending = the_pending_call(&s).await;
+        assert_eq!(pending["tool"], "create_new_file");
+        // The client goes away: its session and connections are dropped.
+        waiting.abort();
+        let _ = waiting.await;
+        // Without a session at once; in a session (the older revisions) when rmcp ends it,
+        // after letting in-flight responses drain for up to 5 s: wait far longer than that.
+        let mut gone = false;
+        for _ in 0..600 {
+            if s.get("/v1/approvals").await.body["data"] == json!([]) {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(
+            gone,
+            "{revision:?}: the call still waits after its client left"
+        );
+        assert!(!s.path("never.txt").exists());
+    }
+}
