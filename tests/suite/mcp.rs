@@ -961,3 +961,37 @@ async fn a_client_that_goes_away_withdraws_its_waiting_call() {
         assert!(!s.path("never.txt").exists());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_run_over_mcp_is_confined_by_the_sandbox() {
+    // --yes: the writes below are asks the policy lets through, so the sandbox is what stops
+    // the one that leaves the workspace.
+    let s = TestServer::builder().yes().start().await;
+    if lacks(
+        s.get("/healthz").await.body["sandbox"]["landlock"]["available"] == true,
+        Needs::Landlock(1),
+    ) {
+        return;
+    }
+    for revision in BOTH {
+        let session = connect(&s, revision).await;
+        let r = call(
+            &session,
+            "run_terminal_command",
+            json!({"command": "touch ../escaped.txt; echo status=$?"}),
+        )
+        .await;
+        let t = text(&r);
+        assert!(t.contains("Permission denied"), "{revision:?}: {t}");
+        assert!(!s.dir.path().join("escaped.txt").exists());
+        let r = call(
+            &session,
+            "run_terminal_command",
+            json!({"command": "echo inside > inside.txt && cat inside.txt"}),
+        )
+        .await;
+        assert!(!is_error(&r), "{}", text(&r));
+        assert!(text(&r).contains("inside"), "{}", text(&r));
+        session.cancel().await.unwrap();
+    }
+}
