@@ -150,6 +150,7 @@ impl McpTools {
             .and_then(|p| p.extensions.get::<super::RunId>())
             .map(|r| r.0.clone())
             .unwrap_or_else(super::new_run_id);
+        let tool_name = name.clone();
         let call = ToolCall {
             id: format!("mcp-{run_id}"),
             name,
@@ -189,6 +190,7 @@ impl McpTools {
                 let token = retry_token();
                 let question = asked.question.clone();
                 self.retries.insert(token.clone(), Waiting {
+                    tool: tool_name,
                     task,
                     answer: Some(asked.answer),
                     run_id: run_id.clone(),
@@ -215,28 +217,32 @@ impl McpTools {
         state: &str,
         responses: Option<rmcp::model::InputResponses>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(waiting) = self.retries.take(state) else {
+        // The answer is read first: a malformed retry leaves the call waiting for a good one.
+        let verdict = match responses.as_ref().and_then(|r| r.get(APPROVAL_INPUT)) {
+            Some(v) => match serde_json::from_value::<ElicitResult>(v.clone()) {
+                Ok(r) => Some(verdict_of(&r)),
+                Err(e) => {
+                    return Err(ErrorData::invalid_params(
+                        format!(
+                            "inputResponses.{APPROVAL_INPUT} is not an elicitation result \
+                             ({e}); send the user's answer to the question, as \
+                             {{\"action\": \"accept\" | \"decline\" | \"cancel\"}}"
+                        ),
+                        None,
+                    ));
+                }
+            },
+            None => None,
+        };
+        let Some(waiting) = self.retries.take(state, name) else {
             return Err(ErrorData::invalid_params(
                 format!(
                     "no call of {name} waits for this requestState: it was answered, timed out \
-                     (approvals.timeout_secs) or the server restarted. Call the tool again"
+                     (approvals.timeout_secs), belongs to another tool, or the server \
+                     restarted. Call the tool again"
                 ),
                 None,
             ));
-        };
-        let answer = responses
-            .as_ref()
-            .and_then(|r| r.get(APPROVAL_INPUT))
-            .map(|v| serde_json::from_value::<ElicitResult>(v.clone()));
-        let verdict = match answer {
-            Some(Ok(r)) => Some(verdict_of(&r)),
-            Some(Err(e)) => {
-                return Err(ErrorData::invalid_params(
-                    format!("inputResponses.{APPROVAL_INPUT} is not an elicitation result: {e}"),
-                    None,
-                ));
-            }
-            None => None,
         };
         if let (Some(v), Some(tx)) = (verdict, waiting.answer) {
             let _ = tx.send(v);
@@ -354,6 +360,7 @@ struct Asked {
 
 /// A call waiting for the retry that carries the person's answer.
 struct Waiting {
+    tool: String,
     task: tokio::task::JoinHandle<Outcome>,
     answer: Option<oneshot::Sender<Verdict>>,
     run_id: String,
@@ -394,11 +401,13 @@ impl Retries {
         map.insert(token, waiting);
     }
 
-    fn take(&self, token: &str) -> Option<Waiting> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(token)
+    /// The call waiting under `token`, if it is a call of `tool`.
+    fn take(&self, token: &str, tool: &str) -> Option<Waiting> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(token)?.tool != tool {
+            return None;
+        }
+        map.remove(token)
     }
 }
 

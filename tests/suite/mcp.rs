@@ -235,6 +235,7 @@ async fn read_file_grep_search_and_an_edit_run_and_the_edit_can_be_undone() {
         let r = call(&session, "read_file", json!({"filepath": "src/lib.rs"})).await;
         assert!(!is_error(&r), "{revision:?}: {}", text(&r));
         assert!(text(&r).contains("pub fn answer"), "{}", text(&r));
+        let read_id = run_id(&r);
 
         let r = call(&session, "grep_search", json!({"query": "fn answer"})).await;
         assert!(!is_error(&r), "{}", text(&r));
@@ -252,8 +253,9 @@ async fn read_file_grep_search_and_an_edit_run_and_the_edit_can_be_undone() {
             std::fs::read_to_string(s.path("src/lib.rs")).unwrap(),
             "pub fn answer() -> u32 {\n    42\n}\n"
         );
-        // The call is a run: listed, and undone like a model's.
+        // The call is a run of its own: listed, and undone like a model's.
         let id = run_id(&r);
+        assert_ne!(id, read_id, "{revision:?}: two calls share a run");
         let listed = s.get(&format!("/v1/runs/{id}")).await;
         assert_eq!(listed.status, 200, "{}", listed.text);
         let undo = s.post_raw(&format!("/v1/runs/{id}/undo"), "").await;
@@ -994,4 +996,95 @@ async fn a_command_run_over_mcp_is_confined_by_the_sandbox() {
         assert!(text(&r).contains("inside"), "{}", text(&r));
         session.cancel().await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_required_call_waits_for_a_good_retry_or_an_answer_in_v1_approvals() {
+    use rmcp::model::CallToolResponse;
+    let s = TestServer::builder().config(ASK_CREATE).start().await;
+    let client = Client::new(Revision::Current).answering(ElicitationAction::Accept);
+    let session = connect_as(&s, client).await;
+    let first = params(
+        "create_new_file",
+        json!({"filepath": "retried.txt", "contents": "after the retry\n"}),
+    );
+    let Ok(CallToolResponse::InputRequired(asked)) = session.call_tool_once(first.clone()).await
+    else {
+        panic!("a 2026-07-28 client with elicitation gets input_required");
+    };
+    let state = asked.request_state.clone().expect("a request state");
+    let question = serde_json::to_value(&asked.input_requests).unwrap();
+    assert!(
+        question.to_string().contains("create_new_file"),
+        "{question}"
+    );
+    // The same call also waits in /v1/approvals.
+    let pending = the_pending_call(&s).await;
+    assert_eq!(pending["tool"], "create_new_file");
+
+    let retry = |tool: &str, state: &str, answer: Value| {
+        let mut p = params(tool, json!({"filepath": "retried.txt", "contents": "x"}));
+        p.request_state = Some(state.to_string());
+        p.input_responses = answer.as_object().map(|o| o.clone().into_iter().collect());
+        p
+    };
+    let bad = [
+        // Not an elicitation result.
+        retry(
+            "create_new_file",
+            &state,
+            json!({"toolpilot_approval": {"action": 5}}),
+        ),
+        // Another tool's retry, and a state nobody issued.
+        retry(
+            "read_file",
+            &state,
+            json!({"toolpilot_approval": {"action": "accept"}}),
+        ),
+        retry(
+            "create_new_file",
+            "0123",
+            json!({"toolpilot_approval": {"action": "accept"}}),
+        ),
+    ];
+    for p in bad {
+        match session.call_tool_once(p).await {
+            Err(ServiceError::McpError(e)) => {
+                assert_eq!(
+                    e.code,
+                    rmcp::model::ErrorCode::INVALID_PARAMS,
+                    "{}",
+                    e.message
+                )
+            }
+            other => panic!("a bad retry must be a JSON-RPC error: {other:?}"),
+        }
+    }
+    assert!(!s.path("retried.txt").exists());
+    // The call still waits; answered in /v1/approvals, the retry without an answer gets the
+    // call's result.
+    let id = the_pending_call(&s).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = s
+        .post_raw(
+            &format!("/v1/approvals/{id}"),
+            json!({"decision": "approve"}).to_string(),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let done = session
+        .call_tool_once(retry("create_new_file", &state, json!(null)))
+        .await
+        .unwrap();
+    let CallToolResponse::Complete(result) = done else {
+        panic!("the retry gets the call's result");
+    };
+    assert!(!is_error(&result), "{}", text(&result));
+    assert_eq!(
+        std::fs::read_to_string(s.path("retried.txt")).unwrap(),
+        "after the retry\n"
+    );
+    session.cancel().await.unwrap();
 }
