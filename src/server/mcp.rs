@@ -280,11 +280,10 @@ impl ServerHandler for McpTools {
                 Implementation::new("toolpilot", env!("CARGO_PKG_VERSION"))
                     .with_title("toolpilot workspace tools"),
             )
+            // Short: some clients (Codex) repeat it before every tool's description.
             .with_instructions(
-                "toolpilot's workspace tools (search, reads, edits with undo, commands in a \
-                 sandbox) for the workspace toolpilot was started in. Every call runs under \
-                 toolpilot's permission policy: a refused call comes back as an error result \
-                 that says why; one that needs approval waits for the person.",
+                "Workspace tools under toolpilot's permission policy: a refused call's result \
+                 says why.",
             )
     }
 
