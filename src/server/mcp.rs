@@ -28,6 +28,7 @@ use rmcp::model::{
     ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -44,6 +45,10 @@ pub const PATH: &str = "/mcp";
 
 /// The key of the approval question in an `input_required` result (SEP-2322).
 const APPROVAL_INPUT: &str = "toolpilot_approval";
+
+/// At most this many sessions (revisions with `initialize`) are open at once; each ends when
+/// its client closes it or after rmcp's idle keep-alive (5 minutes).
+pub const MAX_SESSIONS: usize = 256;
 
 /// At most this many calls wait for an `input_required` retry at once; the oldest goes first.
 const MAX_WAITING_RETRIES: usize = 64;
@@ -692,6 +697,7 @@ impl Approver for Job {
 /// method), and rmcp's terse "method not found" names what is served.
 pub async fn protocol_errors(
     limit: usize,
+    sessions: Arc<LocalSessionManager>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -746,6 +752,21 @@ pub async fn protocol_errors(
              \"result\" or \"error\" (a response); batches are not accepted"
                 .into(),
         );
+    }
+    if method.as_deref() == Some("initialize") {
+        let open = sessions.sessions.read().await.len();
+        if open >= MAX_SESSIONS {
+            return rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                -32603,
+                format!(
+                    "too many MCP sessions are open ({open}, the limit is {MAX_SESSIONS}): a \
+                     session ends when its client closes it (DELETE /mcp) or after 5 minutes \
+                     without use. Protocol revision 2026-07-28 needs no session"
+                ),
+            );
+        }
     }
     if method.as_deref() == Some("tools/call") {
         let params = message.get("params");

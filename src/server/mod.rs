@@ -142,16 +142,14 @@ fn mcp_routes(state: &AppState) -> Router<AppState> {
         .with_max_request_body_bytes(state.server.max_body_bytes)
         .with_sse_keep_alive(Some(state.server.keepalive))
         .with_cancellation_token(state.engine.stopping().child_token());
-    let service = StreamableHttpService::new(
-        move || Ok(tools.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service =
+        StreamableHttpService::new(move || Ok(tools.clone()), Arc::clone(&sessions), config);
     let limit = state.server.max_body_bytes;
     Router::new()
         .route_service(mcp::PATH, service)
         .route_layer(middleware::from_fn(move |req, next| {
-            mcp::protocol_errors(limit, req, next)
+            mcp::protocol_errors(limit, Arc::clone(&sessions), req, next)
         }))
 }
 

@@ -1088,3 +1088,41 @@ async fn an_input_required_call_waits_for_a_good_retry_or_an_answer_in_v1_approv
     );
     session.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_bounded_and_the_current_revision_needs_none() {
+    let s = TestServer::builder().start().await;
+    let max = toolpilot::server::mcp::MAX_SESSIONS;
+    let http = client();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}})
+    .to_string();
+    for i in 0..max {
+        let r = http
+            .post(s.url("/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(init.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "session {i}");
+        assert!(r.headers().contains_key("mcp-session-id"));
+    }
+    let r = raw_post(&s, &[]).await;
+    assert_eq!(r.status(), 503);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many MCP sessions"),
+        "{v}"
+    );
+    // A 2026-07-28 client has no session: it still works.
+    let session = connect(&s, Revision::Current).await;
+    assert!(!session.list_all_tools().await.unwrap().is_empty());
+    session.cancel().await.unwrap();
+}
