@@ -575,6 +575,10 @@ struct StdioServer {
 
 impl StdioServer {
     fn start(config: &str, files: &[(&str, &str)], log: &str) -> StdioServer {
+        StdioServer::start_with(config, files, log, &[])
+    }
+
+    fn start_with(config: &str, files: &[(&str, &str)], log: &str, flags: &[&str]) -> StdioServer {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("ws");
         for (path, contents) in files {
@@ -593,6 +597,7 @@ impl StdioServer {
             .arg(&cfg)
             .arg("--state-dir")
             .arg(dir.path().join("state"))
+            .args(flags)
             .env("TOOLPILOT_LOG", log)
             .env_remove("RUST_LOG")
             .stdin(std::process::Stdio::piped())
@@ -1124,5 +1129,28 @@ async fn sessions_are_bounded_and_the_current_revision_needs_none() {
     // A 2026-07-28 client has no session: it still works.
     let session = connect(&s, Revision::Current).await;
     assert!(!session.list_all_tools().await.unwrap().is_empty());
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolpilot_mcp_yes_approves_asks_but_not_protected_paths() {
+    let mut server = StdioServer::start_with("", &[], "warn", &["--yes"]);
+    let session = server.connect(Client::new(Revision::Current)).await;
+    let r = call(
+        &session,
+        "create_new_file",
+        json!({"filepath": "yes.txt", "contents": "ok\n"}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    assert!(server.path("yes.txt").exists());
+    let r = call(
+        &session,
+        "create_new_file",
+        json!({"filepath": "AGENTS.md", "contents": "x\n"}),
+    )
+    .await;
+    assert!(is_error(&r), "{}", text(&r));
+    assert!(!server.path("AGENTS.md").exists());
     session.cancel().await.unwrap();
 }
