@@ -850,3 +850,58 @@ fn rpc_error(
     )
         .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(tool: &str, since: Instant) -> Waiting {
+        Waiting {
+            tool: tool.into(),
+            task: tokio::spawn(std::future::pending()),
+            answer: None,
+            run_id: "r".into(),
+            since,
+            timeout: Duration::from_secs(120),
+        }
+    }
+
+    #[tokio::test]
+    async fn waiting_retries_are_bounded_and_taken_only_for_their_tool() {
+        let retries = Retries::default();
+        let start = Instant::now();
+        for i in 0..MAX_WAITING_RETRIES + 3 {
+            retries.insert(
+                format!("t{i}"),
+                waiting("create_new_file", start + Duration::from_millis(i as u64)),
+            );
+        }
+        let len = retries.0.lock().unwrap().len();
+        assert_eq!(len, MAX_WAITING_RETRIES);
+        // The oldest went first.
+        for i in 0..3 {
+            assert!(retries.take(&format!("t{i}"), "create_new_file").is_none());
+        }
+        let last = format!("t{}", MAX_WAITING_RETRIES + 2);
+        assert!(
+            retries.take(&last, "read_file").is_none(),
+            "another tool's retry"
+        );
+        let w = retries
+            .take(&last, "create_new_file")
+            .expect("still waiting");
+        assert_eq!(w.tool, "create_new_file");
+        assert!(
+            retries.take(&last, "create_new_file").is_none(),
+            "taken once"
+        );
+    }
+
+    #[test]
+    fn retry_tokens_are_128_random_bits() {
+        let a = retry_token();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, retry_token());
+    }
+}
