@@ -352,7 +352,11 @@ async fn mcp(common: CommonArgs) -> Result<(), String> {
     let result = tokio::select! {
         r = async {
             let service = tools.serve(rmcp::transport::stdio()).await.map_err(|e| {
-                format!("the MCP client on stdin did not open a session: {e}")
+                format!(
+                    "no MCP session was opened on stdin ({e}): `toolpilot mcp` speaks MCP \
+                     (JSON-RPC, one message a line) with the client that starts it; configure \
+                     it as a stdio MCP server in that client, or use /mcp of `toolpilot serve`"
+                )
             })?;
             service
                 .waiting()

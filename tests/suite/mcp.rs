@@ -1154,3 +1154,25 @@ async fn toolpilot_mcp_yes_approves_asks_but_not_protected_paths() {
     assert!(!server.path("AGENTS.md").exists());
     session.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolpilot_mcp_without_a_client_says_what_it_is_for() {
+    let mut server = StdioServer::start("", &[], "warn");
+    drop(server.child.stdin.take());
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        server.child.wait_with_output(),
+    )
+    .await
+    .expect("toolpilot mcp did not exit when stdin closed")
+    .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        out.stdout.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no MCP session was opened on stdin"), "{err}");
+    assert!(err.contains("stdio MCP server"), "{err}");
+}
