@@ -351,7 +351,12 @@ async fn mcp(common: CommonArgs) -> Result<(), String> {
         Signals::new().map_err(|e| format!("cannot listen for SIGTERM and SIGINT: {e}"))?;
     let result = tokio::select! {
         r = async {
-            let service = tools.serve(rmcp::transport::stdio()).await.map_err(|e| {
+            let transport = server::mcp::StdioLines::new(
+                tokio::io::stdin(),
+                tokio::io::stdout(),
+                engine.config.server.max_body_bytes,
+            );
+            let service = tools.serve(transport).await.map_err(|e| {
                 format!(
                     "no MCP session was opened on stdin ({e}): `toolpilot mcp` speaks MCP \
                      (JSON-RPC, one message a line) with the client that starts it; configure \

@@ -768,24 +768,8 @@ pub async fn protocol_errors(
             );
         }
     }
-    if method.as_deref() == Some("tools/call") {
-        let params = message.get("params");
-        let name_ok = params
-            .and_then(|p| p.get("name"))
-            .is_some_and(Value::is_string);
-        let args_ok = params
-            .and_then(|p| p.get("arguments"))
-            .is_none_or(|a| a.is_object() || a.is_null());
-        if !name_ok || !args_ok {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                -32602,
-                "Invalid params: tools/call takes params.name, the tool's name as a string \
-                 (tools/list gives the names and schemas), and params.arguments, an object"
-                    .into(),
-            );
-        }
+    if let Some((code, text)) = unusable_request(&message) {
+        return rpc_error(StatusCode::BAD_REQUEST, id, code, text);
     }
     let resp = next
         .run(axum::extract::Request::from_parts(
@@ -822,16 +806,47 @@ async fn name_unknown_method(
             return axum::response::Response::from_parts(parts, axum::body::Body::from(bytes));
         }
     };
-    if v["error"]["code"] == json!(-32601) {
-        v["error"]["message"] = json!(format!(
-            "Method not found: toolpilot's MCP server does not answer {method:?}; it answers \
-             server/discover, initialize, ping, tools/list and tools/call"
-        ));
+    if reword_method_not_found(&mut v, method) {
         let mut parts = parts;
         parts.headers.remove(axum::http::header::CONTENT_LENGTH);
         return axum::response::Response::from_parts(parts, axum::body::Body::from(v.to_string()));
     }
     axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+/// The error a request rmcp would misread gets instead: a `tools/call` without a usable
+/// tool name or arguments (rmcp would call it an unknown method).
+fn unusable_request(message: &Value) -> Option<(i64, String)> {
+    if message.get("method").and_then(Value::as_str) != Some("tools/call") {
+        return None;
+    }
+    let params = message.get("params");
+    let name_ok = params
+        .and_then(|p| p.get("name"))
+        .is_some_and(Value::is_string);
+    let args_ok = params
+        .and_then(|p| p.get("arguments"))
+        .is_none_or(|a| a.is_object() || a.is_null());
+    (!name_ok || !args_ok).then(|| {
+        (
+            -32602,
+            "Invalid params: tools/call takes params.name, the tool's name as a string \
+             (tools/list gives the names and schemas), and params.arguments, an object"
+                .to_string(),
+        )
+    })
+}
+
+/// rmcp's "method not found" says only the method: say what is served. Whether it was one.
+fn reword_method_not_found(v: &mut Value, method: &str) -> bool {
+    if v["error"]["code"] != json!(-32601) {
+        return false;
+    }
+    v["error"]["message"] = json!(format!(
+        "Method not found: toolpilot's MCP server does not answer {method:?}; it answers \
+         server/discover, initialize, ping, tools/list and tools/call"
+    ));
+    true
 }
 
 /// A JSON-RPC error as the whole HTTP response.
@@ -849,6 +864,177 @@ fn rpc_error(
             .to_string(),
     )
         .into_response()
+}
+
+/// `toolpilot mcp`'s transport: JSON-RPC messages, one a line, on stdin and stdout. Unlike the
+/// SDK's line transport, which drops a line it cannot read, a line that is not JSON gets a
+/// parse error (`-32700`) and a request it cannot read an `invalid_request` or
+/// `invalid_params` error that says why, so the client learns what went wrong; notifications
+/// it does not know are ignored, as the protocol asks. Lines longer than `max_line` bytes are
+/// refused and skipped.
+pub struct StdioLines<R, W> {
+    lines: tokio_util::codec::FramedRead<R, tokio_util::codec::LinesCodec>,
+    out: Arc<tokio::sync::Mutex<W>>,
+    max_line: usize,
+}
+
+impl<R, W> StdioLines<R, W>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    pub fn new(input: R, output: W, max_line: usize) -> StdioLines<R, W> {
+        StdioLines {
+            lines: tokio_util::codec::FramedRead::new(
+                input,
+                tokio_util::codec::LinesCodec::new_with_max_length(max_line),
+            ),
+            out: Arc::new(tokio::sync::Mutex::new(output)),
+            max_line,
+        }
+    }
+
+    /// Writes one line (a message, or an error for a line that could not be read).
+    fn write(
+        out: &Arc<tokio::sync::Mutex<W>>,
+        line: String,
+    ) -> impl Future<Output = std::io::Result<()>> + Send + 'static {
+        let out = Arc::clone(out);
+        async move {
+            use tokio::io::AsyncWriteExt;
+            // One write of the whole line: a message and its newline never come apart.
+            let mut bytes = line.into_bytes();
+            bytes.push(b'\n');
+            let mut w = out.lock().await;
+            w.write_all(&bytes).await?;
+            w.flush().await
+        }
+    }
+
+    /// Writes an error for a line that could not be read, without waiting: `receive` must stay
+    /// cancel-safe (rmcp polls it in a `select!` and drops it when another branch wins), so
+    /// after a line is taken from the reader nothing in it awaits.
+    fn answer(&self, error: Value) {
+        let write = Self::write(&self.out, error.to_string());
+        tokio::spawn(async move {
+            if let Err(e) = write.await {
+                tracing::warn!(error = %e, "cannot write to stdout");
+            }
+        });
+    }
+
+    /// The error a line that is not a message gets, if any (`None`: skip it silently).
+    fn unreadable(value: Option<&Value>, e: &serde_json::Error) -> Option<Value> {
+        let error = |id: Value, code: i64, message: String| json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+        let v = match value {
+            Some(v) => v,
+            None => {
+                return Some(error(
+                    Value::Null,
+                    -32700,
+                    format!(
+                        "Parse error: a line on stdin is not JSON ({e}); `toolpilot mcp` reads \
+                         one JSON-RPC 2.0 message a line"
+                    ),
+                ));
+            }
+        };
+        let id = v.get("id").cloned();
+        match (v.get("method").and_then(Value::as_str), id) {
+            // A notification nobody can answer: ignored, as unknown notifications are.
+            (Some(_), None) => None,
+            (Some(method), Some(id)) => Some(error(
+                id,
+                -32602,
+                format!("Invalid params for {method}: {e}"),
+            )),
+            (None, id) => Some(error(
+                id.unwrap_or(Value::Null),
+                -32600,
+                format!(
+                    "Invalid Request: not a JSON-RPC 2.0 message ({e}); send an object with \
+                     \"jsonrpc\": \"2.0\" and a \"method\", or a response with \"result\" or \
+                     \"error\""
+                ),
+            )),
+        }
+    }
+}
+
+impl<R, W> rmcp::transport::Transport<RoleServer> for StdioLines<R, W>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let line = serde_json::to_value(&item).map(|mut v| {
+            if let Some(method) = v["error"]["message"].as_str().map(str::to_string) {
+                reword_method_not_found(&mut v, &method);
+            }
+            v.to_string()
+        });
+        let write = line.map(|l| Self::write(&self.out, l));
+        async move {
+            match write {
+                Ok(w) => w.await,
+                Err(e) => Err(std::io::Error::other(e)),
+            }
+        }
+    }
+
+    async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleServer>> {
+        use futures_util::StreamExt;
+        use tokio_util::codec::LinesCodecError;
+        loop {
+            let line = match self.lines.next().await? {
+                Ok(line) => line,
+                Err(LinesCodecError::MaxLineLengthExceeded) => {
+                    let refused = json!({"jsonrpc": "2.0", "id": null, "error": {
+                    "code": -32600,
+                    "message": format!(
+                        "Invalid Request: a line on stdin is longer than {} bytes \
+                         (server.max_body_bytes); it was skipped",
+                        self.max_line
+                    )}});
+                    self.answer(refused);
+                    continue;
+                }
+                Err(LinesCodecError::Io(e)) => {
+                    tracing::warn!(error = %e, "reading stdin failed: the MCP session ends");
+                    return None;
+                }
+            };
+            let line = line.trim_start_matches('\u{feff}').trim_end_matches('\r');
+            if line.trim().is_empty() {
+                continue;
+            }
+            let error = match serde_json::from_str::<Value>(line) {
+                Err(e) => Self::unreadable(None, &e),
+                Ok(v) => match unusable_request(&v) {
+                    Some((code, text)) => Some(json!({"jsonrpc": "2.0",
+                        "id": v.get("id").cloned().unwrap_or(Value::Null),
+                        "error": {"code": code, "message": text}})),
+                    None => match serde_json::from_value(v.clone()) {
+                        Ok(message) => return Some(message),
+                        Err(e) => Self::unreadable(Some(&v), &e),
+                    },
+                },
+            };
+            if let Some(error) = error {
+                self.answer(error);
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        use tokio::io::AsyncWriteExt;
+        self.out.lock().await.flush().await
+    }
 }
 
 #[cfg(test)]

@@ -710,6 +710,12 @@ async fn toolpilot_mcp_writes_only_json_rpc_to_stdout_and_its_log_to_stderr() {
                "params": {"name": "run_terminal_command", "arguments": {"command": "echo to-the-result"}}}),
         json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                "params": {"name": "nope", "arguments": {}}}),
+        // Not JSON, not a message, a request whose params cannot be read, and an unknown
+        // notification (ignored): each of the first three gets an error that says why.
+        json!("not json at all"),
+        json!({"hello": "there"}),
+        json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": 5}}),
+        json!({"jsonrpc": "2.0", "method": "$/someEditorThing"}),
     ];
     let stdout = server.child.stdout.take().unwrap();
     let mut stderr = server.child.stderr.take().unwrap();
@@ -719,19 +725,27 @@ async fn toolpilot_mcp_writes_only_json_rpc_to_stdout_and_its_log_to_stderr() {
         err
     });
     for l in &lines {
-        stdin.write_all(format!("{l}\n").as_bytes()).await.unwrap();
+        let line = match l {
+            Value::String(raw) => raw.clone(),
+            other => other.to_string(),
+        };
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
     }
     stdin.flush().await.unwrap();
-    // Every line of stdout until the five requests are answered, then stdin closes.
+    // Every line of stdout until the requests are answered, then stdin closes.
     let mut reader = tokio::io::BufReader::new(stdout);
     let mut out = String::new();
     let all_answered = |out: &str| {
-        (1..=5).all(|id| {
-            out.lines()
-                .any(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["id"] == json!(id)))
-        })
+        out.matches("\"id\":null").count() >= 2
+            && (1..=6).all(|id| {
+                out.lines()
+                    .any(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["id"] == json!(id)))
+            })
     };
-    tokio::time::timeout(std::time::Duration::from_secs(120), async {
+    let answered = tokio::time::timeout(std::time::Duration::from_secs(120), async {
         use tokio::io::AsyncBufReadExt;
         while !all_answered(&out) {
             let mut line = String::new();
@@ -741,8 +755,16 @@ async fn toolpilot_mcp_writes_only_json_rpc_to_stdout_and_its_log_to_stderr() {
             out.push_str(&line);
         }
     })
-    .await
-    .expect("toolpilot mcp did not answer the five requests");
+    .await;
+    let seen: Vec<String> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| v["id"].to_string())
+        .collect();
+    assert!(
+        answered.is_ok(),
+        "toolpilot mcp did not answer every request (answered: {seen:?})"
+    );
     drop(stdin);
     let status = tokio::time::timeout(std::time::Duration::from_secs(60), server.child.wait())
         .await
@@ -759,12 +781,27 @@ async fn toolpilot_mcp_writes_only_json_rpc_to_stdout_and_its_log_to_stderr() {
         assert_eq!(v["jsonrpc"], "2.0", "{line}");
         ids.push(v["id"].clone());
     }
-    for id in 1..=5 {
+    for id in 1..=6 {
         assert!(
             ids.contains(&json!(id)),
             "no answer to request {id}: {out}\n{err}"
         );
     }
+    let errors: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v.get("error").is_some())
+        .collect();
+    let code_of = |id: Value| {
+        errors
+            .iter()
+            .filter(|e| e["id"] == id)
+            .map(|e| e["error"]["code"].as_i64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(code_of(Value::Null), vec![-32700, -32600], "{out}");
+    assert_eq!(code_of(json!(6)), vec![-32602], "{out}");
+    assert!(out.contains("not JSON"), "{out}");
     assert!(out.contains("alpha"), "{out}");
     assert!(out.contains("to-the-result"), "{out}");
     // The log went to stderr (debug level asked for), none of it to stdout.
