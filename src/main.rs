@@ -1,5 +1,5 @@
 //! The `toolpilot` binary: parses the command line, sets up logging and configuration, and
-//! hands over to the library (`serve`, `run`, `tools`, `mock-upstream`).
+//! hands over to the library (`serve`, `mcp`, `run`, `tools`, `mock-upstream`).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -48,6 +48,12 @@ enum Command {
         /// Address to listen on (default 127.0.0.1:7979)
         #[arg(long, env = "TOOLPILOT_BIND", value_name = "ADDR")]
         bind: Option<SocketAddr>,
+    },
+    /// Serve the built-in tools to an MCP client over stdin and stdout (for clients that launch
+    /// their MCP servers as processes); stdout carries only JSON-RPC, the log goes to stderr
+    Mcp {
+        #[command(flatten)]
+        common: CommonArgs,
     },
     /// Run one conversation without HTTP and print the answer
     Run {
@@ -148,6 +154,10 @@ fn main() -> ExitCode {
             Command::Serve { common, bind } => {
                 init_logging("info");
                 serve(common, bind).await
+            }
+            Command::Mcp { common } => {
+                init_logging("warn");
+                mcp(common).await
             }
             Command::Run { common, prompt } => {
                 init_logging("warn");
@@ -316,6 +326,58 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
     engine_runs.runs.flush();
     tracing::info!("stopped");
     result.map_err(|e| format!("server error: {e}"))
+}
+
+/// `toolpilot mcp`: the built-in tools over stdio, until the client closes stdin or a signal
+/// comes. Asks are approved by an elicitation when the client supports them (or `--yes`, or a
+/// rule); there is no approval API here.
+async fn mcp(common: CommonArgs) -> Result<(), String> {
+    use rmcp::ServiceExt;
+    let config = load(&common)?;
+    if let Err(e) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        tracing::warn!(error = %e, "cannot make the server's memory unreadable to other processes");
+    }
+    let engine = Arc::new(Engine::new(config)?);
+    tracing::info!(
+        "toolpilot {} serving MCP on stdio (workspace {}; commands: {})",
+        env!("CARGO_PKG_VERSION"),
+        engine.workspace.root().display(),
+        engine.terminal.describe()
+    );
+    let tools = server::mcp::McpTools::new(Arc::clone(&engine), false);
+    let mut signals =
+        Signals::new().map_err(|e| format!("cannot listen for SIGTERM and SIGINT: {e}"))?;
+    let result = tokio::select! {
+        r = async {
+            let transport = server::mcp::StdioLines::new(
+                tokio::io::stdin(),
+                tokio::io::stdout(),
+                engine.config.server.max_body_bytes,
+            );
+            let service = tools.serve(transport).await.map_err(|e| {
+                format!(
+                    "no MCP session was opened on stdin ({e}): `toolpilot mcp` speaks MCP \
+                     (JSON-RPC, one message a line) with the client that starts it; configure \
+                     it as a stdio MCP server in that client, or use /mcp of `toolpilot serve`"
+                )
+            })?;
+            service
+                .waiting()
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("the MCP session ended with an error: {e}"))
+        } => r,
+        _ = signals.next() => {
+            tracing::info!("signal received: stopping");
+            engine.stop_runs();
+            Ok(())
+        }
+    };
+    engine.terminal.jobs.shutdown().await;
+    engine.runs.flush();
+    result
 }
 
 /// SIGTERM and SIGINT, as one stream of "stop" requests.

@@ -77,8 +77,9 @@ struct Live {
     idle: tokio::sync::Notify,
 }
 
-/// Held by a run while it is in flight.
-pub(super) struct LiveRun(Arc<Live>);
+/// Held by a run while it is in flight (also by a tool call from an MCP client, so that a
+/// shutdown gives it the same grace period).
+pub struct LiveRun(Arc<Live>);
 
 impl Drop for LiveRun {
     fn drop(&mut self) {
@@ -205,7 +206,8 @@ impl Engine {
         }
     }
 
-    fn live_run(&self) -> LiveRun {
+    /// Counts something in flight as a run until the returned value is dropped.
+    pub fn live_run(&self) -> LiveRun {
         self.live
             .count
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -302,6 +304,29 @@ impl Engine {
             code: Arc::clone(&self.code),
             embedder: None,
         }
+    }
+
+    /// Cancelled when the shutdown's grace period is over (see [`Engine::stop_runs`]).
+    pub fn stopping(&self) -> CancellationToken {
+        self.stopping.clone()
+    }
+
+    /// The built-in tools offered to a model when its client declares none (every enabled
+    /// built-in, or `agent.default_tools`), as OpenAI function specs with the descriptions
+    /// the model gets: what MCP clients are offered (`server::mcp`).
+    pub async fn default_tool_specs(&self) -> Vec<Value> {
+        let offer = self.default_offer(self.prompt.refresh().await.as_ref());
+        offer
+            .specs
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Whether the built-in `name` is in that set.
+    pub async fn offers_by_default(&self, name: &str) -> bool {
+        self.default_offer(self.prompt.refresh().await.as_ref())
+            .server
+            .contains(name)
     }
 
     /// The default offer for a rules and skills snapshot (cached while they do not change).

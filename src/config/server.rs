@@ -42,6 +42,12 @@ pub struct ServerConfig {
     /// On SIGTERM or SIGINT: how long runs in flight may go on before they are ended with an
     /// error (no new connection is accepted meanwhile; a second signal exits at once).
     pub shutdown_grace: Duration,
+    /// Serve the built-in tools to MCP clients at `/mcp` (streamable HTTP), under the same
+    /// guard and policy as the rest of the API.
+    pub mcp: bool,
+    /// Put an MCP call's `ask` to the MCP client too (elicitation), when it declared them. The
+    /// client's answer approves like `--yes` (never what only a person may approve).
+    pub mcp_elicitation: bool,
 }
 
 /// The admin token and where it came from.
@@ -146,6 +152,8 @@ pub(super) struct ServerFile {
     pub(super) plain_prefix: Option<String>,
     pub(super) record_requests: Option<std::path::PathBuf>,
     pub(super) shutdown_grace_secs: Option<f64>,
+    pub(super) mcp: Option<bool>,
+    pub(super) mcp_elicitation: Option<bool>,
 }
 
 pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, ConfigError> {
@@ -195,6 +203,8 @@ pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, Conf
         },
         record_requests: s.record_requests,
         shutdown_grace: secs("server.shutdown_grace_secs", s.shutdown_grace_secs, 10.0)?,
+        mcp: s.mcp.unwrap_or(true),
+        mcp_elicitation: s.mcp_elicitation.unwrap_or(true),
     })
 }
 

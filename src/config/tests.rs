@@ -81,6 +81,8 @@ fn the_example_config_loads_and_documents_every_key() {
         "max_body_bytes",
         "keepalive_secs",
         "shutdown_grace_secs",
+        "mcp",
+        "mcp_elicitation",
         "progress",
         "detach",
         "models",

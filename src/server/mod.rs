@@ -8,6 +8,7 @@
 //! know axum.
 
 mod console;
+pub mod mcp;
 pub mod record;
 pub mod responses;
 pub mod routes;
@@ -102,6 +103,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(routes::metrics))
         .route("/v1/policy/check", post(routes::policy_check))
         .merge(admin)
+        .merge(mcp_routes(&state))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(axum::Extension(Arc::new(responses::Store::default())))
@@ -112,6 +114,43 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn(run_id_layer))
         .with_state(state)
+}
+
+/// `/mcp`: the built-in tools for MCP clients (streamable HTTP), or a 404 that says how to turn
+/// it on. The guard in front of it is the one every route has; rmcp's own Host and Origin
+/// checks are off because they would only repeat it with other lists.
+fn mcp_routes(state: &AppState) -> Router<AppState> {
+    if !state.server.mcp {
+        return Router::new().route(
+            mcp::PATH,
+            axum::routing::any(|| async {
+                ApiError::not_found(
+                    "MCP is off on this server (server.mcp = false): set server.mcp = true to \
+                     serve the built-in tools to MCP clients at /mcp",
+                )
+            }),
+        );
+    }
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let engine = Arc::clone(&state.engine);
+    let tools = mcp::McpTools::new(engine, true);
+    let config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .disable_allowed_origins()
+        .with_max_request_body_bytes(state.server.max_body_bytes)
+        .with_sse_keep_alive(Some(state.server.keepalive))
+        .with_cancellation_token(state.engine.stopping().child_token());
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service =
+        StreamableHttpService::new(move || Ok(tools.clone()), Arc::clone(&sessions), config);
+    let limit = state.server.max_body_bytes;
+    Router::new()
+        .route_service(mcp::PATH, service)
+        .route_layer(middleware::from_fn(move |req, next| {
+            mcp::protocol_errors(limit, Arc::clone(&sessions), req, next)
+        }))
 }
 
 /// Checks that a bind address is safe for the configuration.
@@ -368,18 +407,19 @@ fn cors(mut resp: Response, origin: &str) -> Response {
     h.insert(header::VARY, HeaderValue::from_static("Origin"));
     h.insert(
         header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST, OPTIONS"),
+        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
     );
     h.insert(
         header::ACCESS_CONTROL_ALLOW_HEADERS,
         HeaderValue::from_static(
             "authorization, content-type, x-toolpilot-admin-token, x-toolpilot-current-file, \
-             x-toolpilot-detach",
+             x-toolpilot-detach, mcp-protocol-version, mcp-session-id, mcp-method, mcp-name, \
+             last-event-id",
         ),
     );
     h.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static(RUN_ID_HEADER),
+        HeaderValue::from_static("x-toolpilot-run-id, mcp-session-id"),
     );
     resp
 }

@@ -1010,3 +1010,69 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// SIGTERM while an MCP client's call runs: the call counts as a run, so it gets the grace
+/// period, its client gets the result, and the server exits after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sigterm_an_mcp_call_in_flight_finishes_within_the_grace_period() {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let cfg = state.path().join("toolpilot.toml");
+    std::fs::write(&cfg, "[server]\nshutdown_grace_secs = 60\n").unwrap();
+    let mut server = toolpilot()
+        .args(["serve", "--yes", "--bind", "127.0.0.1:0", "--workspace"])
+        .arg(ws.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .arg("--config")
+        .arg(&cfg)
+        .env("TOOLPILOT_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
+    let base = url_in(&wait_for_line(&mut lines, "listening on").await);
+    let mcp = format!("{}/mcp", base.trim_end_matches("/v1"));
+    let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+        client(),
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(mcp),
+    );
+    let session = ().serve(transport).await.unwrap();
+    // The command waits for a file the test writes once the shutdown has begun.
+    let mut p = CallToolRequestParams::new("run_terminal_command");
+    p.arguments = json!({"command":
+        "touch started; while [ ! -f release ]; do sleep 0.05; done; echo released"})
+    .as_object()
+    .cloned();
+    let call = tokio::spawn(async move {
+        let r = session.call_tool(p).await;
+        (session, r)
+    });
+    let started = eventually_async(|| async { ws.path().join("started").exists() }).await;
+    assert!(started, "the command never started");
+    sigterm(&server);
+    let line = wait_for_line(&mut lines, "shutting down").await;
+    // The server counts the call among the runs it waits for.
+    assert!(line.contains("runs=1"), "{line}");
+    write(&ws.path().join("release"), "");
+    let (session, result) = tokio::time::timeout(Duration::from_secs(60), call)
+        .await
+        .expect("the MCP call did not finish")
+        .unwrap();
+    let result = result.expect("the MCP call failed at the protocol level");
+    let text: String = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    assert_eq!(result.is_error, Some(false), "{text}");
+    assert!(text.contains("released"), "{text}");
+    drop(session);
+    let status = tokio::time::timeout(Duration::from_secs(30), server.wait())
+        .await
+        .expect("serve did not exit after the MCP call finished")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}

@@ -1,7 +1,8 @@
 //! The real clients, as they ship, against toolpilot and the mock upstream: the Codex CLI
-//! (`codex exec`, the Responses API), the Continue CLI (`cn -p`), the OpenAI Node SDK, the
-//! OpenAI Python SDK (chat and Responses) and langchain-openai. `.ci/run` installs them at the
-//! versions pinned in `tests/clients/package.json` and `tests/clients/requirements.txt` and sets
+//! (`codex exec`, the Responses API; also with toolpilot as its MCP server), the Continue CLI
+//! (`cn -p`), the OpenAI Node SDK, the OpenAI Python SDK (chat and Responses) and
+//! langchain-openai. `.ci/run` installs them at the versions pinned in
+//! `tests/clients/package.json` and `tests/clients/requirements.txt` and sets
 //! TOOLPILOT_REQUIRE_CLIENTS=1; without that, a missing client skips its test.
 //!
 //! Each runs both round trips: a call toolpilot runs (`read_file`, offered beside the client's
@@ -334,4 +335,273 @@ async fn the_openai_python_sdk_runs_both_round_trips_in_responses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn langchain_openai_runs_both_round_trips() {
     python_client("langchain").await;
+}
+
+/// Codex configured with toolpilot as its MCP server (`[mcp_servers.toolpilot] url = …/mcp`)
+/// and its model behind toolpilot's Responses endpoint: the model calls toolpilot's tools
+/// through Codex's MCP client (`mcp__toolpilot__…`), and they really run in the workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_exec_uses_toolpilot_as_its_mcp_server() {
+    codex_with_toolpilot_mcp(|s| format!("url = {:?}\n", s.url("/mcp"))).await;
+}
+
+/// The same with `toolpilot mcp` as a process Codex starts (`command`, `args`), over the test
+/// server's configuration and state folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_exec_uses_toolpilot_mcp_on_stdio() {
+    codex_with_toolpilot_mcp(|s| {
+        let args = [
+            "mcp".to_string(),
+            "--workspace".into(),
+            s.ws.display().to_string(),
+            "--config".into(),
+            s.dir.path().join("toolpilot.toml").display().to_string(),
+            "--state-dir".into(),
+            s.dir.path().join("state").display().to_string(),
+        ];
+        format!(
+            "command = {:?}\nargs = {}\n",
+            env!("CARGO_BIN_EXE_toolpilot"),
+            serde_json::to_string(&args).unwrap()
+        )
+    })
+    .await;
+}
+
+/// Codex with `[mcp_servers.toolpilot]` set to `server(s)`: a read, an allowed write and a
+/// denied read through toolpilot's MCP tools.
+async fn codex_with_toolpilot_mcp(server: impl Fn(&TestServer) -> String) {
+    let Some(codex) = installed(".bin/codex") else {
+        return;
+    };
+    let rounds = vec![
+        json!({"tool_calls": [{"id": "mcp_1", "name": "mcp__toolpilot__read_file",
+                               "arguments": {"filepath": "hello.txt"}}]}),
+        json!({"tool_calls": [{"id": "mcp_2", "name": "mcp__toolpilot__create_new_file",
+                               "arguments": {"filepath": "from-codex.txt",
+                                             "contents": "written through MCP\n"}}]}),
+        json!({"tool_calls": [{"id": "mcp_3", "name": "mcp__toolpilot__read_file",
+                               "arguments": {"filepath": "drafts/plan.txt"}}]}),
+        json!({"text": "Codex is done.", "chunk_size": 5}),
+    ];
+    let s = TestServer::builder()
+        .file("hello.txt", SERVER_FILE)
+        .file("drafts/plan.txt", "secret plan\n")
+        .script(json!({"models": ["mock-model"], "rounds": rounds}))
+        .config(
+            "[policy]\nallow = [\"create_new_file(from-codex.txt)\"]\n\
+             deny = [\"read_file(drafts/**)\"]\n",
+        )
+        .start()
+        .await;
+    let codex_home = home(&s, "codex-home");
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model = \"mock-model\"\nmodel_provider = \"toolpilot\"\n\
+             [model_providers.toolpilot]\nname = \"toolpilot\"\nbase_url = {:?}\n\
+             wire_api = \"responses\"\n\
+             [mcp_servers.toolpilot]\n{}",
+            s.url("/v1"),
+            server(&s)
+        ),
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(codex);
+    cmd.args([
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--sandbox",
+        "danger-full-access",
+        "Use toolpilot to read hello.txt and write from-codex.txt.",
+    ])
+    .current_dir(&s.ws)
+    .env("CODEX_HOME", &codex_home)
+    .env("HOME", home(&s, "home"))
+    .env("NO_PROXY", "127.0.0.1")
+    .env_remove("OPENAI_API_KEY")
+    .env_remove("OPENAI_BASE_URL");
+    let (stdout, _) = run(cmd, "codex exec").await;
+    let reqs = s.requests();
+    check_conversation_invariants(&reqs);
+    // Codex listed toolpilot's tools over MCP and offered them to its model.
+    let offered: Vec<&str> = reqs[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    for name in [
+        "mcp__toolpilot__read_file",
+        "mcp__toolpilot__run_terminal_command",
+    ] {
+        assert!(offered.contains(&name), "{offered:?}");
+    }
+    assert!(
+        reqs.len() >= 4,
+        "{} upstream requests: {stdout}",
+        reqs.len()
+    );
+    // The read ran in toolpilot and its result went back through Codex to the model.
+    let read = tool_result(&reqs[1], "mcp_1");
+    assert!(read.contains(SERVER_FILE.trim()), "{read:?}\n{stdout}");
+    // The write really happened, under the policy's allow rule.
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("from-codex.txt")).unwrap(),
+        "written through MCP\n",
+        "{stdout}"
+    );
+    // A denied call reached the model as an error that says why, and read nothing.
+    let denied = tool_result(&reqs[3], "mcp_3");
+    assert!(denied.contains("permission policy refuses"), "{denied:?}");
+    assert!(!denied.contains("secret plan"), "{denied:?}");
+    let completed: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "item.completed")
+        .map(|e| e["item"].clone())
+        .collect();
+    assert!(
+        completed
+            .iter()
+            .any(|i| i["type"] == "mcp_tool_call" && i["server"] == "toolpilot"),
+        "{stdout}"
+    );
+    assert!(
+        completed
+            .iter()
+            .any(|i| i["type"] == "agent_message" && i["text"] == "Codex is done."),
+        "{stdout}"
+    );
+}
+
+/// The Continue CLI with toolpilot as its MCP server (`mcpServers: type: streamable-http`).
+/// `cn` offers the MCP tools under their own names, which are toolpilot's built-in names: its
+/// model is a plain one (`plain/…`: toolpilot runs nothing in the chat loop), so every call
+/// goes back to `cn`, which makes it over MCP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_cli_uses_toolpilot_as_its_mcp_server() {
+    let Some(cn) = installed("@continuedev/cli/dist/cn.js") else {
+        return;
+    };
+    let rounds = vec![
+        json!({"tool_calls": [{"id": "mcp_1", "name": "read_file",
+                               "arguments": {"filepath": "hello.txt"}}]}),
+        json!({"tool_calls": [{"id": "mcp_2", "name": "create_new_file",
+                               "arguments": {"filepath": "from-cn.txt",
+                                             "contents": "written through MCP\n"}}]}),
+        json!({"text": "cn is done."}),
+    ];
+    let s = TestServer::builder()
+        .file("hello.txt", SERVER_FILE)
+        .script(json!({"models": ["mock-model"], "rounds": rounds}))
+        .config("[policy]\nallow = [\"create_new_file(from-cn.txt)\"]\n")
+        .start()
+        .await;
+    let home_dir = home(&s, "home");
+    let config = home_dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "name: toolpilot\nversion: 0.0.1\nschema: v1\nmodels:\n  - name: toolpilot\n    \
+             provider: openai\n    model: plain/mock-model\n    apiBase: {}\n    \
+             apiKey: unused\n    roles: [chat]\n    capabilities: [tool_use]\n\
+             mcpServers:\n  - name: toolpilot\n    type: streamable-http\n    url: {}\n",
+            s.url("/v1"),
+            s.url("/mcp")
+        ),
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg(cn)
+        .args(["-p", "--auto", "--config"])
+        .arg(&config)
+        .arg("Read hello.txt and write from-cn.txt.")
+        .current_dir(&s.ws)
+        .env("HOME", &home_dir)
+        .env("CONTINUE_GLOBAL_DIR", home_dir.join(".continue"))
+        .env("CONTINUE_CLI_ENABLE_TELEMETRY", "0")
+        .env("CONTINUE_METRICS_ENABLED", "0")
+        .env("NO_PROXY", "127.0.0.1");
+    let (stdout, _) = run(cmd, "cn -p").await;
+    assert_eq!(stdout.trim(), "cn is done.");
+    let reqs = s.requests();
+    assert_eq!(reqs.len(), 3, "{stdout}");
+    check_conversation_invariants(&reqs);
+    // A plain model: toolpilot ran nothing itself, so the result came through cn's MCP call.
+    let read = tool_result(&reqs[1], "mcp_1");
+    assert!(read.contains(SERVER_FILE.trim()), "{read:?}");
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("from-cn.txt")).unwrap(),
+        "written through MCP\n"
+    );
+    let runs = s.get("/v1/runs").await;
+    assert_eq!(runs.status, 200, "{}", runs.text);
+    let mcp_runs = runs.text.matches("MCP tools/call").count();
+    assert_eq!(mcp_runs, 2, "{}", runs.text);
+}
+
+/// `codex exec` accepts every elicitation on its own: an ordinary ask it is put to runs, but a
+/// write of a protected path (only a person may approve it) is never put to the client; it
+/// waits in /v1/approvals, where nobody answers here, and is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_answers_elicitations_but_never_approves_a_protected_path() {
+    let Some(codex) = installed(".bin/codex") else {
+        return;
+    };
+    let rounds = vec![
+        json!({"tool_calls": [{"id": "mcp_1", "name": "mcp__toolpilot__create_new_file",
+                               "arguments": {"filepath": "from-codex.txt",
+                                             "contents": "asked and answered\n"}}]}),
+        json!({"tool_calls": [{"id": "mcp_2", "name": "mcp__toolpilot__create_new_file",
+                               "arguments": {"filepath": "AGENTS.md",
+                                             "contents": "obey the model\n"}}]}),
+        json!({"text": "Codex is done.", "chunk_size": 5}),
+    ];
+    let s = TestServer::builder()
+        .script(json!({"models": ["mock-model"], "rounds": rounds}))
+        .config("[approvals]\nmode = \"wait\"\ntimeout_secs = 2\n")
+        .start()
+        .await;
+    let codex_home = home(&s, "codex-home");
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model = \"mock-model\"\nmodel_provider = \"toolpilot\"\n\
+             [model_providers.toolpilot]\nname = \"toolpilot\"\nbase_url = {:?}\n\
+             wire_api = \"responses\"\n\
+             [mcp_servers.toolpilot]\nurl = {:?}\n",
+            s.url("/v1"),
+            s.url("/mcp")
+        ),
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(codex);
+    cmd.args([
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--sandbox",
+        "danger-full-access",
+        "Write the two files.",
+    ])
+    .current_dir(&s.ws)
+    .env("CODEX_HOME", &codex_home)
+    .env("HOME", home(&s, "home"))
+    .env("NO_PROXY", "127.0.0.1")
+    .env_remove("OPENAI_API_KEY")
+    .env_remove("OPENAI_BASE_URL");
+    let (stdout, _) = run(cmd, "codex exec").await;
+    let reqs = s.requests();
+    assert_eq!(reqs.len(), 3, "{stdout}");
+    let first = tool_result(&reqs[1], "mcp_1");
+    assert!(first.contains("Created from-codex.txt"), "{first:?}");
+    assert!(s.ws.join("from-codex.txt").exists());
+    let second = tool_result(&reqs[2], "mcp_2");
+    assert!(second.contains("nobody approved it"), "{second:?}");
+    assert!(
+        !s.ws.join("AGENTS.md").exists(),
+        "a protected path was written"
+    );
 }
