@@ -101,6 +101,14 @@ impl Offer {
             }
         }
         let mut added = Vec::new();
+        // The MCP servers' tools join every run's tools, except a name the client declares
+        // itself: that stays the client's.
+        for tool in mcp_tools(reg) {
+            if !client.contains(&tool.name) && !server.contains(&tool.name) {
+                server.insert(tool.name.clone());
+                added.push(tool.spec.clone());
+            }
+        }
         for name in augment {
             if server.contains(name) || client.contains(name) || !reg.is_enabled(name) {
                 continue;
@@ -133,12 +141,28 @@ impl Offer {
                 specs.push(spec_json_for(tool, snapshot));
             }
         }
+        for tool in mcp_tools(reg) {
+            server.insert(tool.name.clone());
+            specs.push(tool.spec.clone());
+        }
         Offer::finish(
             server,
             HashSet::new(),
             raw_specs(&specs.iter().collect::<Vec<_>>()),
         )
     }
+}
+
+/// The MCP tools the policy does not disable, in server order.
+fn mcp_tools(reg: &Registry) -> Vec<Arc<crate::mcp::McpTool>> {
+    let Some(mcp) = reg.mcp() else {
+        return Vec::new();
+    };
+    let policy = reg.policy();
+    mcp.tools()
+        .into_iter()
+        .filter(|t| policy.level(&t.name) != crate::policy::Level::Disabled)
+        .collect()
 }
 
 /// The `tools` array, serialised once.

@@ -305,6 +305,7 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
         "demo_model": engine.upstreams.is_demo(),
         "server_tools": tools,
         "codebase": codebase_health(&engine.code.status()),
+        "mcp_servers": engine.registry.mcp().map_or(json!([]), |m| m.status()),
         "sandbox": {
             "landlock": engine.terminal.sandbox,
             "commands": engine.terminal.describe(),

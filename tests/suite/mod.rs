@@ -17,6 +17,7 @@ mod faults;
 mod fuzz;
 mod gateway;
 mod lazy_edits;
+mod mcp;
 mod passthrough;
 mod policy;
 mod progress;
