@@ -278,7 +278,6 @@ struct Connection {
 struct Child {
     process: tokio::process::Child,
     stderr: Slot<VecDeque<String>>,
-    tmp: PathBuf,
 }
 
 impl Child {
@@ -301,7 +300,6 @@ impl Child {
         };
         // The group may hold more than the leader (npx starts node).
         signal_group(&self.process, rustix::process::Signal::KILL);
-        crate::terminal::Terminal::remove_temp_dir(&self.tmp);
         let tail = stderr_tail(&self.stderr);
         match status {
             Some(s) => format!("the process exited ({s}){tail}"),
@@ -467,10 +465,9 @@ fn spawn(
     stderr: &Slot<VecDeque<String>>,
 ) -> Result<Child, String> {
     let name = &s.config.name;
-    let tmp =
-        s.cx.terminal
-            .temp_dir()
-            .map_err(|e| format!("cannot make its temporary folder: {e}"))?;
+    // The host's temporary folder, not a private one deep in the state folder as commands
+    // get: browsers put sockets there, whose paths may not be longer than 107 bytes.
+    let tmp = std::env::temp_dir();
     let dir = match cwd {
         Some(d) if d.is_absolute() => d.clone(),
         Some(d) => s.cx.workspace.join(d),
@@ -488,7 +485,6 @@ fn spawn(
         .kill_on_drop(true)
         .process_group(0);
     let mut process = cmd.spawn().map_err(|e| {
-        crate::terminal::Terminal::remove_temp_dir(&tmp);
         if e.kind() == std::io::ErrorKind::NotFound && dir.is_dir() {
             format!(
                 "cannot start {command:?}: no such program (mcp.servers.{name}.command; is it \
@@ -522,7 +518,6 @@ fn spawn(
     Ok(Child {
         process,
         stderr: Arc::clone(stderr),
-        tmp,
     })
 }
 

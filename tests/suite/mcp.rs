@@ -515,3 +515,119 @@ async fn the_published_everything_server_works_end_to_end() {
     assert_eq!(h["state"], "ready", "{h}");
     assert!(h["tools"].as_array().unwrap().len() > 5, "{h}");
 }
+
+/// Node with `@playwright/mcp` under tests/clients and Debian's Chromium, if present.
+fn playwright_mcp() -> Option<(String, String)> {
+    let cli = Path::new(CLIENTS).join("node_modules/@playwright/mcp/cli.js");
+    let chromium =
+        std::env::var("TOOLPILOT_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let ok = cli.exists()
+        && Path::new(&chromium).exists()
+        && std::process::Command::new("node")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some((cli.display().to_string(), chromium));
+    }
+    if std::env::var("TOOLPILOT_REQUIRE_BROWSER").is_ok_and(|v| v == "1") {
+        panic!(
+            "the Playwright MCP test is required (TOOLPILOT_REQUIRE_BROWSER=1) but node, \
+             {chromium} or {} is missing",
+            cli.display()
+        );
+    }
+    eprintln!("skipping: no Chromium or @playwright/mcp (see .ci/run)");
+    None
+}
+
+/// A page on loopback with a text box and a button that greets whoever is typed in.
+const GREETER: &str = "<!doctype html><html><head><title>Greeter</title></head><body>\
+<h1>Greeter</h1><label for=\"name\">Name</label><input id=\"name\">\
+<button id=\"greet\" onclick=\"document.getElementById('out').textContent = \
+'Hello, ' + document.getElementById('name').value + '!'\">Greet</button>\
+<p id=\"out\">nobody greeted yet</p></body></html>";
+
+/// Serves [`GREETER`] to every request on a loopback port, for as long as the test runs.
+async fn serve_greeter() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let _ = sock.read(&mut buf).await;
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{GREETER}",
+                    GREETER.len()
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+/// The README's browser recipe, as written there.
+fn browser_recipe(cli: &str, chromium: &str) -> String {
+    format!(
+        "[mcp.servers.browser]\ncommand = \"node\"\nargs = [{cli:?}, \"--headless\", \
+         \"--browser\", \"chromium\", \"--executable-path\", {chromium:?}, \"--isolated\", \
+         \"--no-sandbox\"]\nstartup_timeout_secs = 120\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_drives_headless_chromium_through_the_playwright_mcp_server() {
+    let Some((cli, chromium)) = playwright_mcp() else {
+        return;
+    };
+    let port = serve_greeter().await;
+    let url = format!("http://127.0.0.1:{port}/");
+    // The browser's tools ask by default; the test allows the four it uses, as a user would
+    // for a trusted local page, and leaves the rest asking (refused here: nobody approves).
+    let (s, results) = run_calls(
+        TestServer::builder().config(&format!(
+            "{}\n[policy]\nallow = [\"mcp__browser__browser_navigate\", \
+             \"mcp__browser__browser_type\", \"mcp__browser__browser_click\", \
+             \"mcp__browser__browser_snapshot\"]\n",
+            browser_recipe(&cli, &chromium)
+        )),
+        &[
+            ("mcp__browser__browser_navigate", json!({"url": url})),
+            (
+                "mcp__browser__browser_type",
+                json!({"element": "Name box", "target": "#name", "text": "toolpilot"}),
+            ),
+            (
+                "mcp__browser__browser_click",
+                json!({"element": "Greet button", "target": "#greet"}),
+            ),
+            ("mcp__browser__browser_snapshot", json!({})),
+            (
+                "mcp__browser__browser_evaluate",
+                json!({"function": "() => document.title"}),
+            ),
+        ],
+    )
+    .await;
+    assert!(results[0].contains("Greeter"), "navigate: {}", results[0]);
+    assert!(!results[1].contains("failed"), "type: {}", results[1]);
+    assert!(!results[2].contains("failed"), "click: {}", results[2]);
+    assert!(
+        results[3].contains("Hello, toolpilot!"),
+        "snapshot: {}",
+        results[3]
+    );
+    assert!(
+        results[4].contains("needs the user's approval")
+            && results[4].contains("mcp.servers.browser.policy = allowedWithPermission"),
+        "{}",
+        results[4]
+    );
+    let h = health(&s, "browser").await;
+    assert_eq!(h["policy"], "allowedWithPermission");
+}
