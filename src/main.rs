@@ -743,6 +743,9 @@ async fn tools(common: CommonArgs) -> Result<(), String> {
     if let Some(why) = web.search_unavailable() {
         registry.set_unavailable("search_web", why.to_string());
     }
+    if config.mcp.servers.is_empty() {
+        registry.set_unavailable("mcp_tool_search", "no MCP servers".into());
+    }
     println!(
         "{:<28} {:<26} {:<8} {:<10} notes",
         "tool", "policy", "source", "runs in"
@@ -750,6 +753,12 @@ async fn tools(common: CommonArgs) -> Result<(), String> {
     for (name, _) in toolpilot::policy::REFERENCE_TOOLS {
         let level = policy.level(name);
         let (runs_in, note) = match registry.get(name) {
+            Some(_) if *name == "mcp_tool_search" && registry.unavailable(name).is_some() => (
+                "-",
+                "offered only when the MCP servers ([mcp.servers.NAME]) have more tools than \
+                 mcp.max_offered_tools"
+                    .to_string(),
+            ),
             Some(_) if registry.unavailable(name).is_some() => (
                 "client",
                 "not available here (no search provider, or its API key is not set; see \

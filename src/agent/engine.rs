@@ -131,7 +131,13 @@ impl Engine {
         let web = Arc::new(crate::web::Web::new(&config.web)?);
         let redactor = Arc::new(crate::redact::Redactor::new(&config.secrets));
         let mut registry = Registry::new(policy, policy_config);
-        if !config.mcp.servers.is_empty() {
+        if config.mcp.servers.is_empty() {
+            registry.set_unavailable(
+                "mcp_tool_search",
+                "mcp_tool_search was not run: no MCP servers are configured ([mcp.servers.NAME])"
+                    .into(),
+            );
+        } else {
             registry.set_mcp(Arc::new(crate::mcp::Mcp::new(
                 &config.mcp,
                 Arc::clone(&terminal),
@@ -308,6 +314,7 @@ impl Engine {
             prompt: Arc::clone(&self.prompt),
             code: Arc::clone(&self.code),
             embedder: None,
+            mcp: self.registry.mcp().cloned(),
         }
     }
 

@@ -103,12 +103,7 @@ impl Offer {
         let mut added = Vec::new();
         // The MCP servers' tools join every run's tools, except a name the client declares
         // itself: that stays the client's.
-        for tool in mcp_tools(reg) {
-            if !client.contains(&tool.name) && !server.contains(&tool.name) {
-                server.insert(tool.name.clone());
-                added.push(tool.spec.clone());
-            }
-        }
+        add_mcp(reg, snapshot, &mut server, &client, &mut added);
         for name in augment {
             if server.contains(name) || client.contains(name) || !reg.is_enabled(name) {
                 continue;
@@ -133,6 +128,10 @@ impl Offer {
         let mut specs = Vec::new();
         for tool in reg.tools() {
             let name = tool.name();
+            // Offered with the MCP tools when there are too many of them (`add_mcp`).
+            if name == SEARCH {
+                continue;
+            }
             if wanted.is_some_and(|w| !w.iter().any(|n| n == name)) {
                 continue;
             }
@@ -141,10 +140,7 @@ impl Offer {
                 specs.push(spec_json_for(tool, snapshot));
             }
         }
-        for tool in mcp_tools(reg) {
-            server.insert(tool.name.clone());
-            specs.push(tool.spec.clone());
-        }
+        add_mcp(reg, snapshot, &mut server, &HashSet::new(), &mut specs);
         Offer::finish(
             server,
             HashSet::new(),
@@ -153,16 +149,45 @@ impl Offer {
     }
 }
 
-/// The MCP tools the policy does not disable, in server order.
-fn mcp_tools(reg: &Registry) -> Vec<Arc<crate::mcp::McpTool>> {
+/// The tool that finds MCP tools when there are too many to offer.
+const SEARCH: &str = "mcp_tool_search";
+
+/// Adds the MCP tools the policy does not disable and the client does not declare itself:
+/// their specs, or, when there are more than `mcp.max_offered_tools`, only their names (so
+/// calls of them run here) and `mcp_tool_search`, which gives the model the schemas of the
+/// ones it looks for.
+fn add_mcp(
+    reg: &Registry,
+    snapshot: &crate::prompt::Snapshot,
+    server: &mut HashSet<String>,
+    client: &HashSet<String>,
+    specs: &mut Vec<Value>,
+) {
     let Some(mcp) = reg.mcp() else {
-        return Vec::new();
+        return;
     };
     let policy = reg.policy();
-    mcp.tools()
+    let tools: Vec<Arc<crate::mcp::McpTool>> = mcp
+        .tools()
         .into_iter()
         .filter(|t| policy.level(&t.name) != crate::policy::Level::Disabled)
-        .collect()
+        .filter(|t| !client.contains(&t.name) && !server.contains(&t.name))
+        .collect();
+    let by_search = tools.len() > mcp.max_offered_tools;
+    for t in &tools {
+        server.insert(t.name.clone());
+        if !by_search {
+            specs.push(t.spec.clone());
+        }
+    }
+    if by_search
+        && reg.is_enabled(SEARCH)
+        && !client.contains(SEARCH)
+        && server.insert(SEARCH.to_string())
+        && let Some(search) = reg.get(SEARCH)
+    {
+        specs.push(spec_json_for(search, snapshot));
+    }
 }
 
 /// The `tools` array, serialised once.

@@ -77,6 +77,8 @@ pub const REFERENCE_TOOLS: &[(&str, Level)] = &[
     // toolpilot's own additions, for background jobs of run_terminal_command.
     ("check_background_job", Level::Allow),
     ("stop_background_job", Level::Allow),
+    // Finds MCP servers' tools when there are too many to offer (it only reads their list).
+    ("mcp_tool_search", Level::Allow),
 ];
 
 pub fn known_tool_names() -> Vec<&'static str> {

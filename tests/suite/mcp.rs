@@ -631,3 +631,32 @@ async fn the_model_drives_headless_chromium_through_the_playwright_mcp_server() 
     let h = health(&s, "browser").await;
     assert_eq!(h["policy"], "allowedWithPermission");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_tools_are_offered_through_one_search_tool() {
+    let Some(py) = python_with_mcp() else { return };
+    let s = TestServer::builder()
+        .config(&format!(
+            "{}\n[mcp]\nmax_offered_tools = 3\n[policy]\nallow = [\"mcp__t__echo\"]\n",
+            stdio_server(&py, "")
+        ))
+        .script(json!({"rounds": [
+            {"tool_calls": [{"id": "c1", "name": "mcp_tool_search", "arguments": {"query": "echoes text back"}}]},
+            {"tool_calls": [{"id": "c2", "name": "mcp__t__echo", "arguments": {"text": "found you"}}]},
+            {"text": "done"},
+        ]}))
+        .start()
+        .await;
+    let r = s.chat(ask("go")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let reqs = s.requests();
+    let names = offered(&reqs[0]);
+    assert!(names.contains(&"mcp_tool_search".to_string()), "{names:?}");
+    assert!(names.contains(&"read_file".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("mcp__")), "{names:?}");
+    let found = tool_result(&reqs[1], "c1");
+    assert!(found.contains("\"name\": \"mcp__t__echo\""), "{found}");
+    assert!(found.contains("\"required\": [\n"), "the schema comes along: {found}");
+    assert!(found.starts_with("1 of ") || found.contains(" matching MCP tools"), "{found}");
+    assert_eq!(tool_result(&reqs[2], "c2"), "echo: found you");
+}
