@@ -145,6 +145,17 @@ fn the_example_config_loads_and_documents_every_key() {
         "rerank_candidates",
         "deny_read",
         "readonly",
+        "max_offered_tools",
+        "command",
+        "args",
+        "env",
+        "cwd",
+        "policy",
+        "enabled",
+        "startup_timeout_secs",
+        "call_max_secs",
+        "enabled_tools",
+        "disabled_tools",
     ];
     for key in keys {
         assert!(
@@ -168,6 +179,8 @@ fn the_example_config_loads_and_documents_every_key() {
         "[web.search]",
         "[prompt]",
         "[codebase]",
+        "[mcp]",
+        "[mcp.servers.NAME]",
     ] {
         assert!(example.contains(section), "{section}");
     }

@@ -278,43 +278,52 @@ struct Connection {
 struct Child {
     process: tokio::process::Child,
     stderr: Slot<VecDeque<String>>,
+    /// The process group the server leads (its pid), kept after the leader is reaped.
+    group: Option<rustix::process::Pid>,
+    ended: bool,
 }
 
 impl Child {
-    /// Ends the server's process group (TERM, then KILL after a moment), reaps it, and says
-    /// how it ended.
+    /// Ends the server's process group (TERM, then KILL after a moment, and KILL for whatever
+    /// is left of the group, such as the node process `npx` started), reaps the leader, and
+    /// says how it ended.
     async fn end(mut self) -> String {
         let status = match self.process.try_wait() {
             Ok(Some(status)) => Some(status),
             _ => {
-                signal_group(&self.process, rustix::process::Signal::TERM);
-                match tokio::time::timeout(Duration::from_secs(2), self.process.wait()).await {
-                    Ok(Ok(_)) => None,
-                    _ => {
-                        signal_group(&self.process, rustix::process::Signal::KILL);
-                        let _ = self.process.wait().await;
-                        None
-                    }
+                self.signal(rustix::process::Signal::TERM);
+                if tokio::time::timeout(Duration::from_secs(2), self.process.wait())
+                    .await
+                    .is_err()
+                {
+                    self.signal(rustix::process::Signal::KILL);
+                    let _ = self.process.wait().await;
                 }
+                None
             }
         };
-        // The group may hold more than the leader (npx starts node).
-        signal_group(&self.process, rustix::process::Signal::KILL);
+        self.signal(rustix::process::Signal::KILL);
+        self.ended = true;
         let tail = stderr_tail(&self.stderr);
         match status {
             Some(s) => format!("the process exited ({s}){tail}"),
             None => format!("the process was stopped{tail}"),
         }
     }
+
+    fn signal(&self, sig: rustix::process::Signal) {
+        if let Some(pid) = self.group {
+            let _ = rustix::process::kill_process_group(pid, sig);
+        }
+    }
 }
 
-fn signal_group(child: &tokio::process::Child, sig: rustix::process::Signal) {
-    if let Some(pid) = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .and_then(rustix::process::Pid::from_raw)
-    {
-        let _ = rustix::process::kill_process_group(pid, sig);
+impl Drop for Child {
+    /// A start abandoned half-way (its timeout) leaves no process behind.
+    fn drop(&mut self) {
+        if !self.ended {
+            self.signal(rustix::process::Signal::KILL);
+        }
     }
 }
 
@@ -358,19 +367,17 @@ pub(super) async fn supervise(s: Arc<Server>) {
                 why
             }
         };
-        s.settled.send_replace(true);
         if s.cx.stop.is_cancelled() {
             break;
         }
         tracing::warn!(server = %name, error = %why, retry_in_secs = backoff.as_secs(), "MCP server down");
-        {
-            let mut st = s.state();
-            st.restarts += 1;
-        }
+        s.state().restarts += 1;
         s.set_phase(
             Phase::Down,
             format!("{why}; next start in {} s", backoff.as_secs()),
         );
+        // Whoever waits for the first start sees why it failed.
+        s.settled.send_replace(true);
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = s.cx.stop.cancelled() => break,
@@ -515,9 +522,15 @@ fn spawn(
             }
         });
     }
+    let group = process
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(rustix::process::Pid::from_raw);
     Ok(Child {
         process,
         stderr: Arc::clone(stderr),
+        group,
+        ended: false,
     })
 }
 

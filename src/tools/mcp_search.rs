@@ -77,7 +77,10 @@ pub fn search(tools: &[std::sync::Arc<McpTool>], query: &str, limit: usize) -> S
                 .to_lowercase();
             let score = words
                 .iter()
-                .map(|w| 3 * usize::from(name.contains(w.as_str())) + usize::from(description.contains(w.as_str())))
+                .map(|w| {
+                    3 * usize::from(name.contains(w.as_str()))
+                        + usize::from(description.contains(w.as_str()))
+                })
                 .sum();
             (score, t.as_ref())
         })

@@ -656,7 +656,67 @@ async fn too_many_tools_are_offered_through_one_search_tool() {
     assert!(!names.iter().any(|n| n.starts_with("mcp__")), "{names:?}");
     let found = tool_result(&reqs[1], "c1");
     assert!(found.contains("\"name\": \"mcp__t__echo\""), "{found}");
-    assert!(found.contains("\"required\": [\n"), "the schema comes along: {found}");
-    assert!(found.starts_with("1 of ") || found.contains(" matching MCP tools"), "{found}");
+    assert!(
+        found.contains("\"required\": [\n"),
+        "the schema comes along: {found}"
+    );
+    assert!(
+        found.starts_with("1 of ") || found.contains(" matching MCP tools"),
+        "{found}"
+    );
     assert_eq!(tool_result(&reqs[2], "c2"), "echo: found you");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolpilot_tools_lists_the_servers_state_and_tools_with_their_policy() {
+    let Some(py) = python_with_mcp() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}\n[mcp.servers.gone]\ncommand = \"/nonexistent/server\"\n\
+             [policy]\nallow = [\"mcp__t__e*\"]\n",
+            stdio_server(&py, "")
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("ws")).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolpilot"))
+        .arg("tools")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--workspace")
+        .arg(dir.path().join("ws"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("t (stdio): ready, connected"), "{text}");
+    assert!(
+        text.contains("gone (stdio): down, cannot start \"/nonexistent/server\": no such program"),
+        "{text}"
+    );
+    let line = |tool: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(tool))
+            .unwrap_or_else(|| panic!("no line for {tool} in\n{text}"))
+            .to_string()
+    };
+    assert!(
+        line("mcp__t__add").contains("allowedWithPermission"),
+        "{text}"
+    );
+    assert!(line("mcp__t__add").contains("mcp server"), "{text}");
+    assert!(
+        text.contains("rule: policy.allow[0] `mcp__t__e*`"),
+        "{text}"
+    );
 }
