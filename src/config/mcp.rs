@@ -46,6 +46,14 @@ pub struct McpServerConfig {
     pub disabled_tools: Vec<String>,
     /// The environment variables its `env` or `headers` name (`${VAR}`): secrets.
     pub vars: Vec<String>,
+    /// A stdio server runs under the commands' Landlock sandbox where the kernel has it:
+    /// writes only to the workspace, the temporary folder, the package caches and
+    /// `writable`; reads everything but `terminal.deny_read` (and the state folder).
+    pub sandbox: bool,
+    /// More folders it may write (absolute, `~/` expanded).
+    pub writable: Vec<PathBuf>,
+    /// Whether it may open network connections (Landlock TCP rules, ABI 4+).
+    pub network: bool,
 }
 
 /// How toolpilot reaches a server.
@@ -101,6 +109,9 @@ pub(super) struct McpServerFile {
     call_max_secs: Option<f64>,
     enabled_tools: Option<Vec<String>>,
     disabled_tools: Option<Vec<String>>,
+    sandbox: Option<bool>,
+    writable: Option<Vec<String>>,
+    network: Option<bool>,
 }
 
 /// Server names become part of tool names, which upstreams limit to `[a-zA-Z0-9_-]{1,64}`;
@@ -172,6 +183,9 @@ pub(super) fn resolve(f: McpFile, env: &Env<'_>) -> Result<McpConfig, ConfigErro
                     ("args", s.args.is_some()),
                     ("env", s.env.is_some()),
                     ("cwd", s.cwd.is_some()),
+                    ("sandbox", s.sandbox.is_some()),
+                    ("writable", s.writable.is_some()),
+                    ("network", s.network.is_some()),
                 ] {
                     if set {
                         return Err(err(format!(
@@ -226,7 +240,14 @@ pub(super) fn resolve(f: McpFile, env: &Env<'_>) -> Result<McpConfig, ConfigErro
                 call_timeout.as_secs_f64()
             )));
         }
+        let mut writable = Vec::new();
+        for w in s.writable.unwrap_or_default() {
+            writable.push(grant_path(&format!("{key}.writable"), &w, env)?);
+        }
         servers.push(McpServerConfig {
+            sandbox: s.sandbox.unwrap_or(true),
+            writable,
+            network: s.network.unwrap_or(true),
             name: name.clone(),
             transport,
             policy,
@@ -246,6 +267,22 @@ pub(super) fn resolve(f: McpFile, env: &Env<'_>) -> Result<McpConfig, ConfigErro
         servers,
         max_offered_tools: f.max_offered_tools.unwrap_or(64),
     })
+}
+
+/// A folder a server may write: absolute, or `~/…` under HOME.
+fn grant_path(key: &str, raw: &str, env: &Env<'_>) -> Result<PathBuf, ConfigError> {
+    if let Some(rest) = raw.strip_prefix("~/") {
+        let home = env("HOME")
+            .ok_or_else(|| err(format!("{key}: {raw:?} starts with ~/ but HOME is not set")))?;
+        return Ok(PathBuf::from(home).join(rest));
+    }
+    let p = PathBuf::from(raw);
+    if !p.is_absolute() {
+        return Err(err(format!(
+            "{key}: {raw:?} is not an absolute path; write /… or ~/…"
+        )));
+    }
+    Ok(p)
 }
 
 /// `${VAR}` in `value` replaced by the variable's value; `$$` is a `$`. A variable that is

@@ -156,6 +156,9 @@ fn the_example_config_loads_and_documents_every_key() {
         "call_max_secs",
         "enabled_tools",
         "disabled_tools",
+        "sandbox",
+        "writable",
+        "network",
     ];
     for key in keys {
         assert!(
@@ -565,6 +568,14 @@ fn mcp_servers_resolve_and_every_mistake_names_its_key() {
         (
             "[mcp.servers.a]\ncommand = \"x\"\nstartup = 5\n",
             "unknown field `startup`",
+        ),
+        (
+            "[mcp.servers.a]\nurl = \"http://h/\"\nsandbox = false\n",
+            "mcp.servers.a.sandbox: `sandbox` is for `command` servers",
+        ),
+        (
+            "[mcp.servers.a]\ncommand = \"x\"\nwritable = [\"rel/dir\"]\n",
+            "mcp.servers.a.writable: \"rel/dir\" is not an absolute path",
         ),
     ] {
         let e = load(toml_text, &[], CommonArgs::default()).unwrap_err();

@@ -480,17 +480,67 @@ fn spawn(
         Some(d) => s.cx.workspace.join(d),
         None => s.cx.workspace.clone(),
     };
-    let mut cmd = tokio::process::Command::new(command);
-    cmd.args(args)
-        .env_clear()
-        .envs(s.cx.terminal.environment(&tmp))
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    let env_all: Vec<(String, String)> =
+        s.cx.terminal
+            .environment(&tmp)
+            .into_iter()
+            .chain(env.iter().cloned())
+            .collect();
+    // Found before anything starts, so that a missing program is named as such, sandbox or
+    // not (under the sandbox it would only be a failed start of the second stage).
+    let path = env_all
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    if !program_exists(command, path, &dir) {
+        return Err(format!(
+            "cannot start {command:?}: no such program (mcp.servers.{name}.command; is it \
+             installed and on PATH?)"
+        ));
+    }
+    let sandboxed = s.config.sandbox && s.cx.terminal.sandboxed();
+    let mut cmd = if sandboxed {
+        // The commands' supervisor: its own session, Landlock for the server and everything
+        // it starts, the whole tree ended with it.
+        let mut writable = vec![s.cx.workspace.clone(), tmp.clone()];
+        if let Some(home) = env_all
+            .iter()
+            .find(|(k, _)| k == "HOME")
+            .map(|(_, v)| PathBuf::from(v))
+        {
+            // Where npx, npm, pip and browsers keep their caches.
+            writable.push(home.join(".npm"));
+            writable.push(home.join(".cache"));
+        }
+        writable.extend(s.config.writable.iter().cloned());
+        let spec = crate::terminal::sandbox::Spec {
+            landlock_abi: s.cx.terminal.sandbox.landlock_abi,
+            writable,
+            readonly: Vec::new(),
+            deny_read: s.cx.terminal.config.deny_read.clone(),
+            network: s.config.network,
+            unshare: crate::terminal::sandbox::Namespaces::default(),
+            nofile: crate::process::original_nofile(),
+            report: None,
+            argv: std::iter::once(command.to_string())
+                .chain(args.iter().cloned())
+                .collect(),
+        };
+        let mut cmd = tokio::process::Command::new(&s.cx.terminal.config.helper);
+        cmd.args(spec.to_args());
+        cmd
+    } else {
+        let mut cmd = tokio::process::Command::new(command);
+        cmd.args(args).process_group(0);
+        cmd
+    };
+    cmd.env_clear()
+        .envs(env_all)
         .current_dir(&dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
+        .kill_on_drop(true);
     let mut process = cmd.spawn().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound && dir.is_dir() {
             format!(
@@ -532,6 +582,23 @@ fn spawn(
         group,
         ended: false,
     })
+}
+
+/// Whether `command` names an executable file: a path (relative to `dir`), or a name found
+/// on `path`.
+fn program_exists(command: &str, path: Option<&str>, dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        return runnable(&dir.join(command));
+    }
+    path.unwrap_or("/usr/local/bin:/usr/bin:/bin")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .any(|d| runnable(&std::path::Path::new(d).join(command)))
 }
 
 /// Serves a live connection until it ends (or toolpilot stops): marks the server ready,

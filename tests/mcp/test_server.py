@@ -96,6 +96,25 @@ def header(name: str, ctx: Context) -> str:
     return "<none>"
 
 
+@server.tool(description="Writes text to a file (a path the sandbox may or may not allow).")
+def write(path: str, text: str) -> str:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise ToolError(f"cannot write {path}: {e.strerror}") from e
+    return f"wrote {path}"
+
+
+@server.tool(description="Reads a file (a path the sandbox may or may not allow).")
+def read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise ToolError(f"cannot read {path}: {e.strerror}") from e
+
+
 @server.tool(description="The server process's working folder.")
 def cwd() -> str:
     return os.getcwd()

@@ -720,3 +720,54 @@ async fn toolpilot_tools_lists_the_servers_state_and_tools_with_their_policy() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_servers_run_in_the_landlock_sandbox_with_their_grants() {
+    let Some(py) = python_with_mcp() else { return };
+    let granted = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    // Outside every folder the server may write (a denied folder inside a writable one, such
+    // as the temporary folder, stays readable: Landlock grants add up).
+    let hidden = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    std::fs::write(hidden.path().join("secret.txt"), "hidden").unwrap();
+    let s = TestServer::builder()
+        .yes()
+        .config(&format!(
+            "[terminal]\ndeny_read = [{:?}]\n{}\n[mcp.servers.free]\ncommand = {py:?}\nargs = [{TEST_SERVER:?}, \"stdio\"]\n\
+             sandbox = false\n",
+            hidden.path(),
+            stdio_server(&py, &format!("writable = [{:?}]", granted.path()))
+        ))
+        .script(calls_script(&[
+            ("mcp__t__write", json!({"path": "@WS@/inside.txt", "text": "in"})),
+            ("mcp__t__write", json!({"path": elsewhere.path().join("out.txt"), "text": "out"})),
+            ("mcp__t__write", json!({"path": granted.path().join("granted.txt"), "text": "ok"})),
+            ("mcp__t__read", json!({"path": hidden.path().join("secret.txt")})),
+            ("mcp__free__write", json!({"path": elsewhere.path().join("free.txt"), "text": "free"})),
+        ]))
+        .start()
+        .await;
+    let results = send_and_collect(&s, ask("go"), 5).await;
+    if lacks(
+        s.get("/healthz").await.body["sandbox"]["landlock"]["available"] == true,
+        Needs::Landlock(1),
+    ) {
+        return;
+    }
+    assert!(results[0].starts_with("wrote "), "{}", results[0]);
+    assert!(
+        results[1].contains("cannot write") && results[1].contains("Permission denied"),
+        "{}",
+        results[1]
+    );
+    assert!(!elsewhere.path().join("out.txt").exists());
+    assert!(results[2].starts_with("wrote "), "{}", results[2]);
+    assert!(
+        results[3].contains("cannot read") && results[3].contains("Permission denied"),
+        "terminal.deny_read holds for MCP servers too: {}",
+        results[3]
+    );
+    // `sandbox = false`: the same write goes through.
+    assert!(results[4].starts_with("wrote "), "{}", results[4]);
+    assert!(elsewhere.path().join("free.txt").exists());
+}
