@@ -204,7 +204,14 @@ impl Server {
             .reset_timeout_on_progress()
             .with_max_total_timeout(c.call_max);
         let answer = match peer.send_request_with_option(request, options).await {
-            Ok(handle) => handle.await_response().await,
+            Ok(handle) => {
+                // A run that ends (its client gone, its deadline, the shutdown) drops this
+                // future: the server is told to stop the call.
+                let mut cancel = CancelOnDrop(Some((peer.clone(), handle.id.clone())));
+                let answer = handle.await_response().await;
+                cancel.0 = None;
+                answer
+            }
             Err(e) => Err(e),
         };
         match answer {
@@ -243,6 +250,26 @@ impl Server {
                 e.message
             )),
             Err(e) => Err(format!("the call to the MCP server {name} failed: {e}")),
+        }
+    }
+}
+
+/// Sends `notifications/cancelled` for a call whose caller went away before its answer.
+struct CancelOnDrop(Option<(Peer<RoleClient>, rmcp::model::RequestId)>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some((peer, id)) = self.0.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                let _ = peer
+                    .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the toolpilot run that made the call ended".into()),
+                    ))
+                    .await;
+            });
         }
     }
 }

@@ -47,15 +47,26 @@ def picture() -> list:
     return ["a one-pixel picture", Image(data=PNG, format="png")]
 
 
-@server.tool(description="Sleeps for the given seconds, reporting progress every `every` seconds when > 0.")
-async def slow(seconds: float, ctx: Context, every: float = 0) -> str:
+@server.tool(
+    description="Sleeps for the given seconds, reporting progress every `every` seconds when > 0; "
+    "with `marker`, writes MARKER.started when it starts and MARKER when it is cancelled."
+)
+async def slow(seconds: float, ctx: Context, every: float = 0, marker: str = "") -> str:
+    if marker:
+        open(marker + ".started", "w").close()
     waited = 0.0
-    while waited < seconds:
-        step = min(every if every > 0 else seconds, seconds - waited)
-        await asyncio.sleep(step)
-        waited += step
-        if every > 0:
-            await ctx.report_progress(waited, seconds, "sleeping")
+    try:
+        while waited < seconds:
+            step = min(every if every > 0 else seconds, seconds - waited)
+            await asyncio.sleep(step)
+            waited += step
+            if every > 0:
+                await ctx.report_progress(waited, seconds, "sleeping")
+    except asyncio.CancelledError:
+        if marker:
+            with open(marker, "w") as f:
+                f.write("cancelled")
+        raise
     return f"slept {seconds} s"
 
 

@@ -67,6 +67,18 @@ async fn health(s: &TestServer, name: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// Waits (up to `secs`, wide for a loaded machine) until `path` exists.
+async fn wait_for_file(path: &Path, secs: u64) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if path.exists() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    path.exists()
+}
+
 /// Waits (up to `secs`) until the server's `/healthz` entry satisfies `cond`.
 async fn wait_health(
     s: &TestServer,
@@ -242,18 +254,21 @@ async fn structured_image_and_error_results_become_text_for_the_model() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_times_out_without_progress_and_progress_keeps_it_alive() {
+async fn a_call_times_out_without_progress_and_at_its_maximum_and_progress_keeps_it_alive() {
     let Some(py) = python_with_mcp() else { return };
-    // A 3 s idle timeout: a 6 s call that reports progress every 0.3 s finishes; one that
-    // reports nothing is cancelled at 3 s (the wide margins are for a loaded CI machine).
+    // A 3 s idle timeout and a 12 s maximum: a 6 s call that reports progress every 0.3 s
+    // finishes; one that reports nothing is cancelled at 3 s; one that reports progress for
+    // ever is cancelled at 12 s (the wide margins are for a loaded CI machine).
     let (_s, results) = run_calls(
-        TestServer::builder()
-            .yes()
-            .config(&stdio_server(&py, "call_timeout_secs = 3")),
+        TestServer::builder().yes().config(&stdio_server(
+            &py,
+            "call_timeout_secs = 3\ncall_max_secs = 12",
+        )),
         &[
             ("mcp__t__slow", json!({"seconds": 6, "every": 0.3})),
             ("mcp__t__slow", json!({"seconds": 60})),
             ("mcp__t__echo", json!({"text": "still here"})),
+            ("mcp__t__slow", json!({"seconds": 60, "every": 0.3})),
         ],
     )
     .await;
@@ -266,6 +281,11 @@ async fn a_call_times_out_without_progress_and_progress_keeps_it_alive() {
     );
     // The server is still up for the next call.
     assert_eq!(results[2], "echo: still here");
+    assert!(
+        results[3].contains("did not finish within 12 s (mcp.servers.t.call_max_secs)"),
+        "{}",
+        results[3]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -770,4 +790,33 @@ async fn stdio_servers_run_in_the_landlock_sandbox_with_their_grants() {
     // `sandbox = false`: the same write goes through.
     assert!(results[4].starts_with("wrote "), "{}", results[4]);
     assert!(elsewhere.path().join("free.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_cancels_the_call_on_the_server() {
+    let Some(py) = python_with_mcp() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("cancelled");
+    let s = TestServer::builder()
+        .yes()
+        .config(&stdio_server(&py, ""))
+        .script(json!({"rounds": [
+            {"tool_calls": [{"id": "c1", "name": "mcp__t__slow",
+                             "arguments": {"seconds": 120, "marker": marker}}]},
+            {"text": "never"},
+        ]}))
+        .start()
+        .await;
+    let stream = s.open_stream(ask("go")).await;
+    let started = marker.with_extension("started");
+    assert!(
+        wait_for_file(&started, 60).await,
+        "the slow call never started"
+    );
+    drop(stream);
+    assert!(
+        wait_for_file(&marker, 60).await,
+        "the server was not told to cancel the call"
+    );
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "cancelled");
 }
