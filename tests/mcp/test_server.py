@@ -126,6 +126,11 @@ def read(path: str) -> str:
         raise ToolError(f"cannot read {path}: {e.strerror}") from e
 
 
+@server.tool(description="The server process's id.")
+def pid() -> str:
+    return str(os.getpid())
+
+
 @server.tool(description="The server process's working folder.")
 def cwd() -> str:
     return os.getcwd()

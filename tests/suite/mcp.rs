@@ -820,3 +820,44 @@ async fn a_client_that_goes_away_cancels_the_call_on_the_server() {
     );
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "cancelled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolpilot_run_starts_its_servers_for_the_run_and_stops_them_after() {
+    let Some(py) = python_with_mcp() else { return };
+    let mock = extra_mock(json!({"rounds": [
+        {"tool_calls": [{"id": "c1", "name": "mcp__t__echo", "arguments": {"text": "via run"}},
+                        {"id": "c2", "name": "mcp__t__pid", "arguments": {}}]},
+        {"text": "all done"},
+    ]}))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, stdio_server(&py, "")).unwrap();
+    std::fs::create_dir(dir.path().join("ws")).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolpilot"))
+        .args(["run", "go", "--yes", "--model", "mock-model", "--upstream"])
+        .arg(mock.base_url())
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--workspace")
+        .arg(dir.path().join("ws"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .env_remove("TOOLPILOT_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("all done"), "{stdout}");
+    assert!(stderr.contains("mcp__t__echo: ok"), "{stderr}");
+    let reqs = mock.requests();
+    assert_eq!(tool_result(&reqs[1], "c1"), "echo: via run");
+    let pid = tool_result(&reqs[1], "c2");
+    // The server ended with the run.
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the MCP server (pid {pid}) outlived `toolpilot run`"
+    );
+}
