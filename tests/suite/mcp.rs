@@ -861,3 +861,28 @@ async fn toolpilot_run_starts_its_servers_for_the_run_and_stops_them_after() {
         "the MCP server (pid {pid}) outlived `toolpilot run`"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_exits_at_start_is_reported_with_its_stderr_and_secrets_redacted() {
+    let s = TestServer::builder()
+        .env("MCP_LEAKED", "leaked-secret-0042")
+        .config(
+            "[mcp.servers.leaky]\ncommand = \"sh\"\n\
+             args = [\"-c\", \"echo starting with token=$TOKEN >&2; exit 3\"]\n\
+             env = { TOKEN = \"${MCP_LEAKED}\" }\n",
+        )
+        .script(json!({"rounds": [{"text": "hello"}]}))
+        .start()
+        .await;
+    let r = s.chat(ask("go")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let h = health(&s, "leaky").await;
+    let detail = h["detail"].as_str().unwrap_or_default();
+    assert_eq!(h["state"], "down", "{h}");
+    assert!(detail.contains("exit status: 3"), "{detail}");
+    assert!(
+        detail.contains("starting with token=[redacted: value of $MCP_LEAKED]"),
+        "{detail}"
+    );
+    assert!(!h.to_string().contains("leaked-secret-0042"), "{h}");
+}
