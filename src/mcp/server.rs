@@ -240,10 +240,18 @@ impl Server {
                 timeout.as_secs_f64()
             )),
             Err(ServiceError::TransportClosed) | Err(ServiceError::TransportSend(_)) => {
-                Err(format!(
-                    "the MCP server {name} closed the connection during the call (it may have \
-                     crashed); it is being restarted. Whatever the call did may be incomplete"
-                ))
+                Err(match c.transport {
+                    McpTransport::Stdio { .. } => format!(
+                        "the MCP server {name} closed the connection during the call (it may \
+                         have crashed); it is being restarted. Whatever the call did may be \
+                         incomplete"
+                    ),
+                    McpTransport::Http { .. } => format!(
+                        "the MCP server {name} could not be reached, or the connection broke \
+                         during the call. Whatever the call did may be incomplete; try again \
+                         later, or tell the user the server is not answering"
+                    ),
+                })
             }
             Err(ServiceError::McpError(e)) => Err(format!(
                 "the MCP server {name} refused the call: {}",

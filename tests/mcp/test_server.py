@@ -1,7 +1,7 @@
 """A small MCP server for toolpilot's tests (tests/suite/mcp.rs), on the official Python SDK.
 
     python test_server.py stdio
-    python test_server.py http PORT_FILE     # streamable HTTP on 127.0.0.1, port written to PORT_FILE
+    python test_server.py http PORT_FILE [PORT]   # streamable HTTP on 127.0.0.1, port written to PORT_FILE
 
 A different implementation than rmcp (toolpilot's client), so protocol mistakes show. Its tools
 exercise what the client has to handle: text, structured and image results, an error result,
@@ -144,9 +144,10 @@ def main() -> None:
     import uvicorn
 
     port_file = sys.argv[2]
+    port = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     sock.listen(64)
     app = server.streamable_http_app(host="127.0.0.1")
     config = uvicorn.Config(app, log_level="warning")

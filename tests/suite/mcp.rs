@@ -398,10 +398,17 @@ impl Drop for HttpServer {
 }
 
 async fn http_server(py: &str, dir: &Path) -> HttpServer {
-    let port_file = dir.join("mcp-port");
+    http_server_on(py, dir, 0).await
+}
+
+/// The HTTP test server on `port` (0: any free one).
+async fn http_server_on(py: &str, dir: &Path, port: u16) -> HttpServer {
+    let port_file = dir.join(format!("mcp-port-{port}"));
+    let _ = std::fs::remove_file(&port_file);
     let child = std::process::Command::new(py)
         .args([TEST_SERVER, "http"])
         .arg(&port_file)
+        .arg(port.to_string())
         .stdin(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -885,4 +892,41 @@ async fn a_server_that_exits_at_start_is_reported_with_its_stderr_and_secrets_re
         "{detail}"
     );
     assert!(!h.to_string().contains("leaked-secret-0042"), "{h}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_that_goes_away_fails_calls_clearly_and_serves_again_when_back() {
+    let Some(py) = python_with_mcp() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let first = http_server(&py, dir.path()).await;
+    let port = first.port;
+    let s = TestServer::builder()
+        .yes()
+        .config(&format!(
+            "[mcp.servers.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
+        ))
+        .script(json!({"rounds": [
+            {"tool_calls": [{"id": "a", "name": "mcp__web__echo", "arguments": {"text": "one"}}]},
+            {"text": "done"},
+            {"tool_calls": [{"id": "b", "name": "mcp__web__echo", "arguments": {"text": "two"}}]},
+            {"text": "done"},
+            {"tool_calls": [{"id": "c", "name": "mcp__web__echo", "arguments": {"text": "three"}}]},
+            {"text": "done"},
+        ]}))
+        .start()
+        .await;
+    assert_eq!(s.chat(ask("1")).await.status, 200);
+    assert_eq!(tool_result(&s.requests()[1], "a"), "echo: one");
+    drop(first);
+    assert_eq!(s.chat(ask("2")).await.status, 200);
+    let gone = tool_result(&s.requests()[3], "b");
+    assert!(
+        gone.starts_with("mcp__web__echo failed: the MCP server web could not be reached"),
+        "{gone}"
+    );
+    // Back on the same port: the next call goes through (the session-less revision needs no
+    // new handshake; an older server's expired session is renewed by the SDK).
+    let _second = http_server_on(&py, dir.path(), port).await;
+    assert_eq!(s.chat(ask("3")).await.status, 200);
+    assert_eq!(tool_result(&s.requests()[5], "c"), "echo: three");
 }
