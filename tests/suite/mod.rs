@@ -17,7 +17,7 @@ mod faults;
 mod fuzz;
 mod gateway;
 mod lazy_edits;
-mod mcp;
+mod mcp_servers;
 mod passthrough;
 mod policy;
 mod progress;
