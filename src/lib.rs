@@ -22,6 +22,7 @@ pub mod code;
 pub mod config;
 pub mod edit;
 pub mod error;
+pub mod mcp;
 pub mod mock;
 pub mod openai;
 pub mod policy;

@@ -163,7 +163,7 @@ fn main() -> ExitCode {
                 init_logging("warn");
                 run(common, prompt).await
             }
-            Command::Tools { common } => tools(common),
+            Command::Tools { common } => tools(common).await,
             Command::Runs { common, json, what } => match what.as_slice() {
                 [] => runs(common, json),
                 [show, id] if show == "show" => run_show(common, id, json),
@@ -228,6 +228,10 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
         tracing::warn!(error = %e, "cannot make the server's memory unreadable to other processes");
     }
     let engine = Arc::new(Engine::new(config.clone())?);
+    // MCP servers start now, in the background; the first run waits for their first start.
+    if let Some(mcp) = engine.registry.mcp() {
+        mcp.start();
+    }
     let listener = tokio::net::TcpListener::bind(config.server.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.server.bind))?;
@@ -319,8 +323,11 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
             Ok(())
         }
     };
-    // Background jobs die with the server.
+    // Background jobs die with the server, and so do the MCP servers it started.
     engine_terminal.jobs.shutdown().await;
+    if let Some(mcp) = engine_runs.registry.mcp() {
+        mcp.shutdown(std::time::Duration::from_secs(5)).await;
+    }
     // The run recorder writes periodically: write the last events now. (Paused runs are
     // written, synced, when they pause.)
     engine_runs.runs.flush();
@@ -380,6 +387,56 @@ async fn mcp(common: CommonArgs) -> Result<(), String> {
     result
 }
 
+/// The MCP servers of `toolpilot tools`: each started once (within its start-up timeout), its
+/// state, and its tools with their policy.
+async fn mcp_tools(config: &Config, policy: &toolpilot::policy::Policy) -> Result<(), String> {
+    let engine = Engine::new(config.clone())?;
+    let Some(mcp) = engine.registry.mcp() else {
+        return Ok(());
+    };
+    mcp.ready().await;
+    println!("\nMCP servers ([mcp.servers.NAME]; tools offered as mcp__SERVER__TOOL):");
+    for server in mcp.status().as_array().into_iter().flatten() {
+        let text = |k: &str| {
+            server
+                .get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_string()
+        };
+        println!(
+            "{} ({}): {}, {}",
+            text("name"),
+            text("transport"),
+            text("state"),
+            text("detail")
+        );
+        for tool in server
+            .get("tools")
+            .and_then(|t| t.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let name = tool.get("name").and_then(|v| v.as_str()).unwrap_or("");
+            let level = policy_with_servers(policy, name);
+            println!("  {:<40} {:<26} {}", name, level.0.as_continue(), level.1);
+            for rule in policy.rules_for(name) {
+                println!("  {:<40}   rule: {rule}", "");
+            }
+        }
+    }
+    mcp.shutdown(std::time::Duration::from_secs(5)).await;
+    Ok(())
+}
+
+/// A tool's level and where it comes from, for the listing.
+fn policy_with_servers(
+    policy: &toolpilot::policy::Policy,
+    name: &str,
+) -> (toolpilot::policy::Level, &'static str) {
+    (policy.level(name), policy.level_source(name))
+}
+
 /// SIGTERM and SIGINT, as one stream of "stop" requests.
 struct Signals {
     term: tokio::signal::unix::Signal,
@@ -418,6 +475,15 @@ fn exit_now(engine: &Engine) -> ! {
 async fn run(common: CommonArgs, prompt: String) -> Result<(), String> {
     let config = load(&common)?;
     let engine = Arc::new(Engine::new(config)?);
+    let result = run_with(&engine, prompt).await;
+    // MCP servers start with the run's first round (lazily) and end with it.
+    if let Some(mcp) = engine.registry.mcp() {
+        mcp.shutdown(std::time::Duration::from_secs(5)).await;
+    }
+    result
+}
+
+async fn run_with(engine: &Arc<Engine>, prompt: String) -> Result<(), String> {
     if engine.upstreams.is_demo() {
         eprintln!(
             "toolpilot: no upstream configured; the built-in demo model answers (use --upstream URL --model NAME)"
@@ -731,13 +797,16 @@ fn undo(common: CommonArgs, run_id: &str, force: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn tools(common: CommonArgs) -> Result<(), String> {
+async fn tools(common: CommonArgs) -> Result<(), String> {
     let config = load(&common)?;
     let policy = toolpilot::policy::Policy::new(&config.policy)?;
     let mut registry = toolpilot::tools::Registry::new(policy.clone(), config.policy.clone());
     let web = toolpilot::web::Web::new(&config.web)?;
     if let Some(why) = web.search_unavailable() {
         registry.set_unavailable("search_web", why.to_string());
+    }
+    if config.mcp.servers.is_empty() {
+        registry.set_unavailable("mcp_tool_search", "no MCP servers".into());
     }
     println!(
         "{:<28} {:<26} {:<8} {:<10} notes",
@@ -746,6 +815,12 @@ fn tools(common: CommonArgs) -> Result<(), String> {
     for (name, _) in toolpilot::policy::REFERENCE_TOOLS {
         let level = policy.level(name);
         let (runs_in, note) = match registry.get(name) {
+            Some(_) if *name == "mcp_tool_search" && registry.unavailable(name).is_some() => (
+                "-",
+                "offered only when the MCP servers ([mcp.servers.NAME]) have more tools than \
+                 mcp.max_offered_tools"
+                    .to_string(),
+            ),
             Some(_) if registry.unavailable(name).is_some() => (
                 "client",
                 "not available here (no search provider, or its API key is not set; see \
@@ -780,6 +855,9 @@ fn tools(common: CommonArgs) -> Result<(), String> {
         "\nprotected paths (writing them needs approval, policy.protected): {}",
         policy.protected().join(" ")
     );
+    if !config.mcp.servers.is_empty() {
+        mcp_tools(&config, &policy).await?;
+    }
     if config.agent.approve_asks {
         println!("\n--yes is set: `allowedWithPermission` calls run without asking.");
     } else {

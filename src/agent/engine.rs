@@ -53,7 +53,7 @@ pub struct Engine {
     pub detached: detach::Detached,
     /// What is offered to the model when the client sends no `tools`, for the rules and
     /// skills snapshot it was built from (by fingerprint): rebuilt only when they change.
-    default_offer: std::sync::Mutex<(u64, Offer)>,
+    default_offer: std::sync::Mutex<((u64, u64), Offer)>,
     /// The system message, rules and skills.
     pub prompt: Arc<crate::prompt::Prompt>,
     /// The codebase index (built on first use).
@@ -132,6 +132,19 @@ impl Engine {
         let web = Arc::new(crate::web::Web::new(&config.web)?);
         let redactor = Arc::new(crate::redact::Redactor::new(&config.secrets));
         let mut registry = Registry::new(policy, policy_config);
+        if config.mcp.servers.is_empty() {
+            registry.set_unavailable(
+                "mcp_tool_search",
+                "mcp_tool_search was not run: no MCP servers are configured ([mcp.servers.NAME])"
+                    .into(),
+            );
+        } else {
+            registry.set_mcp(Arc::new(crate::mcp::Mcp::new(
+                &config.mcp,
+                Arc::clone(&terminal),
+                workspace.root().to_path_buf(),
+            )));
+        }
         if let Some(why) = web.search_unavailable() {
             if config.web.search.is_some() {
                 tracing::warn!("{why}");
@@ -150,7 +163,7 @@ impl Engine {
         ));
         let snapshot = prompt.snapshot();
         let default_offer = std::sync::Mutex::new((
-            snapshot.fingerprint,
+            (snapshot.fingerprint, u64::MAX),
             Offer::default(&registry, &config, &snapshot),
         ));
         let pauses = PauseStore::new(checkpoints.dir(), config.approvals.pause_expiry);
@@ -303,6 +316,7 @@ impl Engine {
             prompt: Arc::clone(&self.prompt),
             code: Arc::clone(&self.code),
             embedder: None,
+            mcp: self.registry.mcp().cloned(),
         }
     }
 
@@ -332,11 +346,13 @@ impl Engine {
     /// The default offer for a rules and skills snapshot (cached while they do not change).
     pub(super) fn default_offer(&self, snapshot: &crate::prompt::Snapshot) -> Offer {
         let mut cached = self.default_offer.lock().unwrap_or_else(|e| e.into_inner());
-        if cached.0 != snapshot.fingerprint {
-            *cached = (
-                snapshot.fingerprint,
-                Offer::default(&self.registry, &self.config, snapshot),
-            );
+        // MCP tool lists change too (a start, a restart, `list_changed`).
+        let key = (
+            snapshot.fingerprint,
+            self.registry.mcp().map_or(0, |m| m.generation()),
+        );
+        if cached.0 != key {
+            *cached = (key, Offer::default(&self.registry, &self.config, snapshot));
         }
         cached.1.clone()
     }

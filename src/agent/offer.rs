@@ -101,6 +101,9 @@ impl Offer {
             }
         }
         let mut added = Vec::new();
+        // The MCP servers' tools join every run's tools, except a name the client declares
+        // itself: that stays the client's.
+        add_mcp(reg, snapshot, &mut server, &client, &mut added);
         for name in augment {
             if server.contains(name) || client.contains(name) || !reg.is_enabled(name) {
                 continue;
@@ -125,6 +128,10 @@ impl Offer {
         let mut specs = Vec::new();
         for tool in reg.tools() {
             let name = tool.name();
+            // Offered with the MCP tools when there are too many of them (`add_mcp`).
+            if name == SEARCH {
+                continue;
+            }
             if wanted.is_some_and(|w| !w.iter().any(|n| n == name)) {
                 continue;
             }
@@ -133,11 +140,53 @@ impl Offer {
                 specs.push(spec_json_for(tool, snapshot));
             }
         }
+        add_mcp(reg, snapshot, &mut server, &HashSet::new(), &mut specs);
         Offer::finish(
             server,
             HashSet::new(),
             raw_specs(&specs.iter().collect::<Vec<_>>()),
         )
+    }
+}
+
+/// The tool that finds MCP tools when there are too many to offer.
+const SEARCH: &str = "mcp_tool_search";
+
+/// Adds the MCP tools the policy does not disable and the client does not declare itself:
+/// their specs, or, when there are more than `mcp.max_offered_tools`, only their names (so
+/// calls of them run here) and `mcp_tool_search`, which gives the model the schemas of the
+/// ones it looks for.
+fn add_mcp(
+    reg: &Registry,
+    snapshot: &crate::prompt::Snapshot,
+    server: &mut HashSet<String>,
+    client: &HashSet<String>,
+    specs: &mut Vec<Value>,
+) {
+    let Some(mcp) = reg.mcp() else {
+        return;
+    };
+    let policy = reg.policy();
+    let tools: Vec<Arc<crate::mcp::McpTool>> = mcp
+        .tools()
+        .into_iter()
+        .filter(|t| policy.level(&t.name) != crate::policy::Level::Disabled)
+        .filter(|t| !client.contains(&t.name) && !server.contains(&t.name))
+        .collect();
+    let by_search = tools.len() > mcp.max_offered_tools;
+    for t in &tools {
+        server.insert(t.name.clone());
+        if !by_search {
+            specs.push(t.spec.clone());
+        }
+    }
+    if by_search
+        && reg.is_enabled(SEARCH)
+        && !client.contains(SEARCH)
+        && server.insert(SEARCH.to_string())
+        && let Some(search) = reg.get(SEARCH)
+    {
+        specs.push(spec_json_for(search, snapshot));
     }
 }
 

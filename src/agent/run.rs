@@ -180,6 +180,13 @@ impl Run<'_> {
     pub(super) async fn run(&self, req: ChatRequest) -> Result<(), RunError> {
         // Rules and skills are files: refreshed on a blocking thread.
         let snapshot = self.engine.prompt.refresh().await;
+        // The MCP servers' first start (at most their start-up timeouts), so that their tools
+        // are in the offer; later starts never hold a run up.
+        if !self.opts.plain
+            && let Some(mcp) = self.engine.registry.mcp()
+        {
+            mcp.ready().await;
+        }
         let mut st = self.setup(req, snapshot)?;
         let resumed = if self.opts.plain {
             None

@@ -17,6 +17,7 @@ mod agent;
 mod approvals;
 mod codebase;
 mod env;
+mod mcp;
 mod policy;
 mod prompt;
 mod secrets;
@@ -30,6 +31,7 @@ mod workspace;
 pub use agent::AgentConfig;
 pub use approvals::{ApprovalMode, ApprovalsConfig};
 pub use codebase::CodebaseConfig;
+pub use mcp::{McpConfig, McpServerConfig, McpTransport};
 pub use policy::{
     CommandRuleConfig, DEFAULT_PROTECTED, Level, PolicyConfig, REFERENCE_TOOLS, WritesSwitch,
     known_tool_names,
@@ -94,6 +96,8 @@ pub struct Config {
     pub prompt: PromptConfig,
     /// The codebase index (`[codebase]`).
     pub codebase: CodebaseConfig,
+    /// The MCP servers whose tools are offered (`[mcp]`).
+    pub mcp: McpConfig,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -114,6 +118,7 @@ struct ConfigFile {
     web: Option<web::WebFile>,
     prompt: Option<prompt::PromptFile>,
     codebase: Option<codebase::CodebaseFile>,
+    mcp: Option<mcp::McpFile>,
 }
 
 /// A configuration error, naming the key or variable at fault.
@@ -203,7 +208,13 @@ impl Config {
         let agent = agent::resolve(file.agent.unwrap_or_default(), model, args.yes)?;
         let tools = tools::resolve(file.tools.unwrap_or_default())?;
         let tf = file.terminal.unwrap_or_default();
-        let policy = policy::resolve(file.policy.unwrap_or_default(), &tf)?;
+        let mcp = mcp::resolve(file.mcp.unwrap_or_default(), env)?;
+        let mut policy = policy::resolve(file.policy.unwrap_or_default(), &tf)?;
+        policy.tool_prefixes = mcp
+            .servers
+            .iter()
+            .map(|s| (format!("mcp__{}__", s.name), s.policy))
+            .collect();
         let terminal = terminal::resolve(tf, env, &state_dir)?;
         let sensitive_files = file
             .sensitive_files
@@ -224,6 +235,7 @@ impl Config {
             terminal,
             sensitive_files,
             secrets: Vec::new(),
+            mcp,
         })
     }
 }

@@ -77,6 +77,8 @@ pub const REFERENCE_TOOLS: &[(&str, Level)] = &[
     // toolpilot's own additions, for background jobs of run_terminal_command.
     ("check_background_job", Level::Allow),
     ("stop_background_job", Level::Allow),
+    // Finds MCP servers' tools when there are too many to offer (it only reads their list).
+    ("mcp_tool_search", Level::Allow),
 ];
 
 pub fn known_tool_names() -> Vec<&'static str> {
@@ -170,6 +172,9 @@ pub struct PolicyConfig {
     pub command_writes: WritesSwitch,
     /// What an otherwise allowed command becomes without a sandbox.
     pub unsandboxed: Level,
+    /// Base levels of tools by name prefix (`mcp__NAME__` → the server's `policy`), below
+    /// `tools`.
+    pub tool_prefixes: Vec<(String, Level)>,
     /// Allow rules from "always allow" answers (not from the config file). They rank above
     /// `ask` rules and protected paths, since the user approved exactly these calls; `deny`
     /// and sensitive files still win.
@@ -209,7 +214,7 @@ pub(super) fn resolve(p: PolicyFile, t: &TerminalFile) -> Result<PolicyConfig, C
     let tool_names = known_tool_names();
     let mut levels = BTreeMap::new();
     for (tool, level) in p.tools.unwrap_or_default() {
-        if !tool_names.contains(&tool.as_str()) {
+        if !tool_names.contains(&tool.as_str()) && !tool.starts_with("mcp__") {
             return Err(err(format!(
                 "policy.tools.{tool}: there is no built-in tool named {tool:?}; known tools: {}",
                 tool_names.join(", ")
@@ -253,6 +258,7 @@ pub(super) fn resolve(p: PolicyFile, t: &TerminalFile) -> Result<PolicyConfig, C
             }
         },
         unsandboxed,
+        tool_prefixes: Vec::new(),
         approved: Vec::new(),
     })
 }

@@ -6,7 +6,8 @@ use crate::text::glob_match;
 
 impl Config {
     /// The environment variables that hold the server's own secrets: the upstream API key,
-    /// the bearer token and the search API key (commands never get them; tool output never
+    /// the bearer token, the search API key and the variables MCP servers' `env` and `headers`
+    /// name (commands never get them; tool output never
     /// shows their values).
     pub fn secret_var_names(&self) -> Vec<String> {
         let mut names = vec![
@@ -24,6 +25,9 @@ impl Config {
         }
         if let Some(env) = self.web.search.as_ref().and_then(|s| s.api_key_env.clone()) {
             names.push(env);
+        }
+        for server in &self.mcp.servers {
+            names.extend(server.vars.iter().cloned());
         }
         names.sort();
         names.dedup();

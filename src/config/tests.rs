@@ -147,6 +147,20 @@ fn the_example_config_loads_and_documents_every_key() {
         "rerank_candidates",
         "deny_read",
         "readonly",
+        "max_offered_tools",
+        "command",
+        "args",
+        "env",
+        "cwd",
+        "policy",
+        "enabled",
+        "startup_timeout_secs",
+        "call_max_secs",
+        "enabled_tools",
+        "disabled_tools",
+        "sandbox",
+        "writable",
+        "network",
     ];
     for key in keys {
         assert!(
@@ -170,6 +184,8 @@ fn the_example_config_loads_and_documents_every_key() {
         "[web.search]",
         "[prompt]",
         "[codebase]",
+        "[mcp]",
+        "[mcp.servers.NAME]",
     ] {
         assert!(example.contains(section), "{section}");
     }
@@ -481,4 +497,90 @@ fn errors_name_the_key() {
         c.prompt.global_dir.as_deref(),
         Some(std::path::Path::new("/home/test/rules-home"))
     );
+}
+
+#[test]
+fn mcp_servers_resolve_and_every_mistake_names_its_key() {
+    let c = load(
+        "[mcp.servers.gh]\ncommand = \"npx\"\nargs = [\"-y\", \"server\"]\n\
+         env = { TOKEN = \"${GH_TOKEN}\" }\npolicy = \"allow\"\n\
+         [mcp.servers.web]\nurl = \"http://127.0.0.1:9/mcp\"\n\
+         headers = { Authorization = \"Bearer ${WEB_KEY}\" }\ncall_timeout_secs = 5\n\
+         [mcp.servers.off]\ncommand = \"x\"\nenabled = false\n\
+         [policy]\nallow = [\"mcp__web__*\"]\n",
+        &[
+            ("GH_TOKEN", "ghp-0123456789"),
+            ("WEB_KEY", "key-0123456789"),
+        ],
+        CommonArgs::default(),
+    )
+    .unwrap();
+    let names: Vec<&str> = c.mcp.servers.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["gh", "web"]);
+    match &c.mcp.servers[0].transport {
+        McpTransport::Stdio { env, .. } => {
+            assert_eq!(env, &[("TOKEN".to_string(), "ghp-0123456789".to_string())])
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.mcp.servers[0].policy, Level::Allow);
+    assert_eq!(c.mcp.servers[1].policy, Level::Ask);
+    assert_eq!(c.mcp.servers[1].call_timeout, Duration::from_secs(5));
+    // The variables named are secrets: scrubbed from commands, redacted from results.
+    assert!(c.secret_var_names().contains(&"GH_TOKEN".to_string()));
+    assert!(c.secrets.iter().any(|(k, _)| k == "WEB_KEY"));
+    assert_eq!(
+        c.policy.tool_prefixes,
+        vec![
+            ("mcp__gh__".to_string(), Level::Allow),
+            ("mcp__web__".to_string(), Level::Ask)
+        ]
+    );
+    for (toml_text, expected) in [
+        (
+            "[mcp.servers.a]\ncommand = \"x\"\nurl = \"http://h/\"\n",
+            "mcp.servers.a: set either `command`",
+        ),
+        ("[mcp.servers.a]\n", "mcp.servers.a: set `command`"),
+        (
+            "[mcp.servers.\"a b\"]\ncommand = \"x\"\n",
+            "mcp.servers.a b: a server name is 1 to 32",
+        ),
+        ("[mcp.servers.a__b]\ncommand = \"x\"\n", "(no `__`)"),
+        (
+            "[mcp.servers.a]\ncommand = \"x\"\nenv = { T = \"${MISSING_VAR}\" }\n",
+            "mcp.servers.a.env.T: the environment variable MISSING_VAR is not set",
+        ),
+        (
+            "[mcp.servers.a]\nurl = \"ftp://h/\"\n",
+            "mcp.servers.a.url: \"ftp://h/\" is not an http:// or https:// URL",
+        ),
+        (
+            "[mcp.servers.a]\nurl = \"http://h/\"\nenv = { A = \"b\" }\n",
+            "mcp.servers.a.env: `env` is for `command` servers",
+        ),
+        (
+            "[mcp.servers.a]\ncommand = \"x\"\npolicy = \"sometimes\"\n",
+            "mcp.servers.a.policy: \"sometimes\" is not a policy",
+        ),
+        (
+            "[mcp.servers.a]\ncommand = \"x\"\ncall_timeout_secs = 10\ncall_max_secs = 5\n",
+            "mcp.servers.a.call_max_secs (5 s) is shorter than call_timeout_secs (10 s)",
+        ),
+        (
+            "[mcp.servers.a]\ncommand = \"x\"\nstartup = 5\n",
+            "unknown field `startup`",
+        ),
+        (
+            "[mcp.servers.a]\nurl = \"http://h/\"\nsandbox = false\n",
+            "mcp.servers.a.sandbox: `sandbox` is for `command` servers",
+        ),
+        (
+            "[mcp.servers.a]\ncommand = \"x\"\nwritable = [\"rel/dir\"]\n",
+            "mcp.servers.a.writable: \"rel/dir\" is not an absolute path",
+        ),
+    ] {
+        let e = load(toml_text, &[], CommonArgs::default()).unwrap_err();
+        assert!(e.contains(expected), "{toml_text}: {e}");
+    }
 }

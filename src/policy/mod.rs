@@ -94,6 +94,8 @@ struct Rule {
     /// Where it came from, for the log and the model: `policy.deny[0] read_file(**/.env)`.
     source: String,
     tool: String,
+    /// For MCP tool names with `*` (`mcp__github__*`): the glob over tool names.
+    tool_glob: Option<GlobMatcher>,
     spec: Option<Spec>,
 }
 
@@ -124,6 +126,8 @@ pub struct Policy {
     /// What an otherwise allowed command becomes when no sandbox is available.
     unsandboxed: Level,
     levels: BTreeMap<String, Level>,
+    /// Base levels by tool-name prefix (MCP servers' `policy`).
+    prefixes: Vec<(String, Level)>,
     protected: Protected,
     deny: Vec<Rule>,
     ask: Vec<Rule>,
@@ -202,10 +206,22 @@ impl Policy {
                 .filter(|(_, text)| !text.trim().starts_with("run_terminal_command("))
                 .map(|(i, text)| {
                     parse_rule(text)
-                        .map(|(tool, spec)| Rule {
-                            source: format!("policy.{key}[{i}] `{text}`"),
-                            tool,
-                            spec,
+                        .and_then(|(tool, spec)| {
+                            let tool_glob = if tool.contains('*') {
+                                Some(
+                                    globset::Glob::new(&tool)
+                                        .map_err(|e| format!("{tool:?} is not a glob: {e}"))?
+                                        .compile_matcher(),
+                                )
+                            } else {
+                                None
+                            };
+                            Ok(Rule {
+                                source: format!("policy.{key}[{i}] `{text}`"),
+                                tool,
+                                tool_glob,
+                                spec,
+                            })
                         })
                         .map_err(|e| format!("policy.{key}[{i}] {text:?}: {e}"))
                 })
@@ -217,6 +233,7 @@ impl Policy {
             unsandboxed: cfg.unsandboxed,
             protected,
             levels: cfg.tools.clone(),
+            prefixes: cfg.tool_prefixes.clone(),
             deny: compile(&cfg.deny, "deny")?,
             ask: compile(&cfg.ask, "ask")?,
             allow: compile(&cfg.allow, "allow")?,
@@ -224,18 +241,29 @@ impl Policy {
         })
     }
 
-    /// The base level of a tool: the configured override, else the reference default.
+    /// The base level of a tool: the configured override, else its MCP server's `policy`,
+    /// else the reference default (`ask` for names it does not list).
     pub fn level(&self, tool: &str) -> Level {
         self.levels
             .get(tool)
             .copied()
+            .or_else(|| self.prefix_level(tool))
             .unwrap_or_else(|| reference_default(tool))
+    }
+
+    fn prefix_level(&self, tool: &str) -> Option<Level> {
+        self.prefixes
+            .iter()
+            .find(|(p, _)| tool.starts_with(p.as_str()))
+            .map(|(_, l)| *l)
     }
 
     /// Where a tool's base level comes from.
     pub fn level_source(&self, tool: &str) -> &'static str {
         if self.levels.contains_key(tool) {
             "config"
+        } else if self.prefix_level(tool).is_some() {
+            "mcp server"
         } else {
             "default"
         }
@@ -255,7 +283,7 @@ impl Policy {
         let bare = |rules: &[Rule]| {
             rules
                 .iter()
-                .find(|r| r.tool == tool && r.spec.is_none())
+                .find(|r| r.names_tool(tool) && r.spec.is_none())
                 .map(|r| r.source.clone())
         };
         let (base, base_source) = if level == Level::Disabled {
@@ -348,7 +376,7 @@ impl Policy {
             .iter()
             .chain(&self.ask)
             .chain(&self.allow)
-            .filter(|r| r.tool == tool)
+            .filter(|r| r.names_tool(tool))
             .map(|r| r.source.clone())
             .collect()
     }
@@ -441,6 +469,16 @@ impl Policy {
         }
         let source = if self.levels.contains_key(tool) {
             format!("policy.tools.{tool} = {}", level.as_continue())
+        } else if let Some(server) = tool
+            .strip_prefix("mcp__")
+            .and_then(|r| r.split_once("__"))
+            .map(|(s, _)| s)
+            .filter(|_| self.prefix_level(tool).is_some())
+        {
+            format!(
+                "the policy of the MCP server {server} (mcp.servers.{server}.policy = {})",
+                level.as_continue()
+            )
         } else {
             format!("default policy of {tool} ({})", level.as_continue())
         };
@@ -488,12 +526,21 @@ impl Rule {
         }
     }
 
+    /// Whether the rule is about `tool` (by name, or by its glob over MCP tool names).
+    fn names_tool(&self, tool: &str) -> bool {
+        match &self.tool_glob {
+            Some(g) => g.is_match(tool),
+            None => self.tool == tool,
+        }
+    }
+
     fn matches_any(&self, tool: &str, targets: &[Target]) -> bool {
-        self.tool == tool && (self.spec.is_none() || targets.iter().any(|t| self.spec_matches(t)))
+        self.names_tool(tool)
+            && (self.spec.is_none() || targets.iter().any(|t| self.spec_matches(t)))
     }
 
     fn matches_all(&self, tool: &str, targets: &[Target]) -> bool {
-        self.tool == tool
+        self.names_tool(tool)
             && (self.spec.is_none()
                 || (!targets.is_empty() && targets.iter().all(|t| self.spec_matches(t))))
     }
@@ -564,6 +611,26 @@ fn parse_rule(text: &str) -> Result<(String, Option<Spec>), String> {
         }
     };
     let tool = tool.trim();
+    if let Some(rest) = tool.strip_prefix("mcp__") {
+        // MCP tools: `mcp__SERVER__TOOL` or a glob such as `mcp__SERVER__*`; what a call acts
+        // on is the server's business, so there is no specifier.
+        if rest.is_empty()
+            || !tool
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '*'))
+        {
+            return Err(format!(
+                "{tool:?} is not an MCP tool name or pattern; write mcp__SERVER__TOOL or \
+                 mcp__SERVER__* (letters, digits, `_`, `-`, `*`)"
+            ));
+        }
+        if spec.is_some() {
+            return Err(format!(
+                "rules for MCP tools take no specifier: write {tool}, not {text}"
+            ));
+        }
+        return Ok((tool.to_string(), None));
+    }
     let known = known_tool_names();
     if !known.contains(&tool) {
         return Err(format!(
@@ -971,5 +1038,61 @@ mod tests {
         assert!(bad("read_file(a").contains("`)` is missing"));
         assert!(bad("read_file()").contains("specifier inside `()` is empty"));
         assert!(bad("read_file([)").contains("is not a glob"));
+        assert!(bad("mcp__gh__x(a)").contains("rules for MCP tools take no specifier"));
+        assert!(bad("mcp__gh.x").contains("is not an MCP tool name or pattern"));
+    }
+
+    #[test]
+    fn mcp_tools_take_their_servers_level_and_rules_by_name_or_glob() {
+        let (_d, ws) = ws();
+        let p = Policy::new(&PolicyConfig {
+            tool_prefixes: vec![
+                ("mcp__gh__".into(), Level::Allow),
+                ("mcp__fs__".into(), Level::Ask),
+            ],
+            tools: [("mcp__fs__read".to_string(), Level::Allow)].into(),
+            deny: vec!["mcp__gh__delete_*".into()],
+            ask: vec!["mcp__gh__create_issue".into()],
+            ..PolicyConfig::default()
+        })
+        .unwrap();
+        check(
+            &p,
+            &ws,
+            "mcp__gh__list",
+            None,
+            "allow: the policy of the MCP server gh",
+        );
+        check(
+            &p,
+            &ws,
+            "mcp__gh__delete_repo",
+            None,
+            "deny: denied by policy.deny[0]",
+        );
+        check(&p, &ws, "mcp__gh__create_issue", None, "ask: policy.ask[0]");
+        check(
+            &p,
+            &ws,
+            "mcp__fs__write",
+            None,
+            "ask: the policy of the MCP server fs",
+        );
+        check(
+            &p,
+            &ws,
+            "mcp__fs__read",
+            None,
+            "allow: policy.tools.mcp__fs__read",
+        );
+        // A server that is not configured: unknown means ask.
+        check(
+            &p,
+            &ws,
+            "mcp__other__x",
+            None,
+            "ask: default policy of mcp__other__x",
+        );
+        assert_eq!(p.rules_for("mcp__gh__delete_repo").len(), 1);
     }
 }

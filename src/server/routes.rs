@@ -305,6 +305,11 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
         "demo_model": engine.upstreams.is_demo(),
         "server_tools": tools,
         "codebase": codebase_health(&engine.code.status()),
+        // A server's last stderr lines may quote a secret it was given.
+        "mcp_servers": engine.registry.mcp().map_or(json!([]), |m| {
+            let text = m.status().to_string();
+            serde_json::from_str(&engine.redactor.redact(&text)).unwrap_or(json!([]))
+        }),
         "sandbox": {
             "landlock": engine.terminal.sandbox,
             "commands": engine.terminal.describe(),

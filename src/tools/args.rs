@@ -52,6 +52,11 @@ impl Args {
         Args { map }
     }
 
+    /// The arguments as one JSON object (what an MCP server gets).
+    pub fn to_value(&self) -> Value {
+        Value::Object(self.map.clone())
+    }
+
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.map.get(name).filter(|v| !v.is_null())
     }

@@ -17,6 +17,7 @@ pub mod edit;
 pub mod glob;
 pub mod grep;
 pub mod ls;
+pub mod mcp_search;
 pub mod read;
 pub mod registry;
 pub mod rules;
@@ -94,6 +95,8 @@ pub struct ToolEnv {
     pub code: Arc<crate::code::index::CodeIndex>,
     /// Embeddings for re-ranking `codebase` results (the upstream, when configured).
     pub embedder: Option<Arc<dyn crate::code::Embedder>>,
+    /// The MCP servers (`mcp_tool_search` searches their tools).
+    pub mcp: Option<Arc<crate::mcp::Mcp>>,
 }
 
 impl ToolEnv {
@@ -233,6 +236,7 @@ pub fn builtin_tools() -> Vec<Box<dyn Tool>> {
         Box::new(rules::ReadSkill),
         Box::new(codebase::Codebase),
         Box::new(codebase::ViewRepoMap),
+        Box::new(mcp_search::McpToolSearch),
     ]
 }
 

@@ -167,6 +167,9 @@ pub struct Registry {
     /// Tools that exist but cannot run with this configuration, and why (`search_web` without
     /// a provider). They are not offered; a call gets the reason.
     unavailable: HashMap<&'static str, String>,
+    /// The MCP servers whose tools run here too (`mcp__SERVER__TOOL`), through the same
+    /// policy, approvals, deadline, redaction and budget as the built-ins.
+    mcp: Option<Arc<crate::mcp::Mcp>>,
 }
 
 /// The policy's verdict on a redirect hop of a call that is already running
@@ -240,7 +243,23 @@ impl Registry {
             policy: Arc::new(RwLock::new(Arc::new(policy))),
             policy_config: Mutex::new(policy_config),
             unavailable: HashMap::new(),
+            mcp: None,
         }
+    }
+
+    /// Adds the tools of MCP servers.
+    pub fn set_mcp(&mut self, mcp: Arc<crate::mcp::Mcp>) {
+        self.mcp = Some(mcp);
+    }
+
+    /// The MCP servers, when any are configured.
+    pub fn mcp(&self) -> Option<&Arc<crate::mcp::Mcp>> {
+        self.mcp.as_ref().filter(|m| !m.is_empty())
+    }
+
+    /// The MCP tool offered under `name`, if its server lists it now.
+    pub fn mcp_tool(&self, name: &str) -> Option<Arc<crate::mcp::McpTool>> {
+        self.mcp.as_ref()?.tool(name)
     }
 
     /// Marks a tool as unavailable with this configuration: it is not offered, and a call
@@ -312,7 +331,7 @@ impl Registry {
     /// Whether toolpilot executes `name`, can with this configuration, and the policy has
     /// not disabled it.
     pub fn is_enabled(&self, name: &str) -> bool {
-        self.get(name).is_some()
+        (self.get(name).is_some() || self.mcp_tool(name).is_some())
             && !self.unavailable.contains_key(name)
             && self.policy().level(name) != Level::Disabled
     }
@@ -360,9 +379,7 @@ impl Registry {
     /// What the policy would decide for a call, without running it (`None` when the call is
     /// malformed: dispatching it will explain why).
     pub fn preflight(&self, call: &ToolCall, env: &ToolEnv) -> Option<Decision> {
-        let tool = self.get(&call.name)?;
-        let args = Args::parse(&call.arguments).ok()?;
-        let invocation = self.prepare(tool, &args, env).ok()?;
+        let (invocation, _) = self.prepare_call(call, env).ok()?;
         Some(
             self.policy()
                 .decide(&call.name, &invocation.targets, &env.workspace),
@@ -372,9 +389,7 @@ impl Registry {
     /// When the policy asks about a call: the reason, whether only a person may approve it,
     /// and the rules that would allow such calls ("always").
     pub fn ask_of(&self, call: &ToolCall, env: &ToolEnv) -> Option<(String, bool, Vec<String>)> {
-        let tool = self.get(&call.name)?;
-        let args = Args::parse(&call.arguments).ok()?;
-        let invocation = self.prepare(tool, &args, env).ok()?;
+        let (invocation, _) = self.prepare_call(call, env).ok()?;
         match self
             .policy()
             .decide(&call.name, &invocation.targets, &env.workspace)
@@ -389,6 +404,92 @@ impl Registry {
             )),
             _ => None,
         }
+    }
+
+    /// A call made ready to run: the built-in's or the MCP tool's invocation and its deadline,
+    /// or the tool message that says why it cannot run.
+    fn prepare_call(
+        &self,
+        call: &ToolCall,
+        env: &ToolEnv,
+    ) -> Result<(super::Invocation, Duration), (String, Status)> {
+        let name = call.name.as_str();
+        let tool = match self.get(name) {
+            Some(t) => t,
+            None => return self.prepare_mcp(call),
+        };
+        if let Some(why) = self.unavailable(name) {
+            return Err((why.to_string(), Status::Error));
+        }
+        let args = Args::parse(&call.arguments)
+            .map_err(|msg| (format!("{name} was not run: {msg}"), Status::Error))?;
+        match self.prepare(tool, &args, env) {
+            Ok(inv) => Ok((inv, tool.deadline(env))),
+            Err(ToolError::InvalidArguments(msg)) => Err((
+                format!("{name} was not run because its arguments are invalid: {msg}"),
+                Status::Error,
+            )),
+            Err(ToolError::Failed(msg)) => Err((format!("{name} failed: {msg}"), Status::Error)),
+        }
+    }
+
+    /// An MCP tool's call: the arguments object and the schema's required names checked here,
+    /// the rest is the server's. No targets: rules name MCP tools, not what they act on.
+    fn prepare_mcp(
+        &self,
+        call: &ToolCall,
+    ) -> Result<(super::Invocation, Duration), (String, Status)> {
+        let name = call.name.as_str();
+        let mcp = self.mcp.as_ref();
+        let Some((mcp, tool)) = mcp.and_then(|m| m.tool(name).map(|t| (Arc::clone(m), t))) else {
+            let why = match mcp.and_then(|m| m.owns_name(name)) {
+                Some(server) => format!(
+                    "{name} was not run: the MCP server {server} does not list a tool by that \
+                     name now (it may be restarting, or its tools changed). Call only the tools \
+                     you are offered"
+                ),
+                None => format!("{name} was not run: there is no built-in tool with that name."),
+            };
+            return Err((why, Status::Error));
+        };
+        let args = Args::parse(&call.arguments)
+            .map_err(|msg| (format!("{name} was not run: {msg}"), Status::Error))?;
+        let required: Vec<&str> = tool
+            .spec
+            .pointer("/function/parameters/required")
+            .and_then(|r| r.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str())
+            .collect();
+        let missing: Vec<&str> = required
+            .iter()
+            .copied()
+            .filter(|n| args.get(n).is_none())
+            .collect();
+        if !missing.is_empty() {
+            return Err((
+                format!(
+                    "{name} was not run because its arguments are invalid: `{}` {} required \
+                     ({name} takes `{}`)",
+                    missing.join("`, `"),
+                    if missing.len() == 1 { "is" } else { "are" },
+                    required.join("`, `")
+                ),
+                Status::Error,
+            ));
+        }
+        let deadline = mcp.deadline(&tool);
+        let value = args.to_value();
+        let job: super::Job =
+            Box::pin(async move { mcp.call(&tool, value).await.map_err(ToolError::Failed) });
+        Ok((
+            super::Invocation {
+                targets: Vec::new(),
+                job,
+            },
+            deadline,
+        ))
     }
 
     /// Runs one call of a built-in tool through the policy. Never fails: every problem
@@ -416,32 +517,9 @@ impl Registry {
             status,
             duration: started.elapsed(),
         };
-        let Some(tool) = self.get(name) else {
-            return done(
-                format!("{name} was not run: there is no built-in tool with that name."),
-                Status::Error,
-            );
-        };
-        if let Some(why) = self.unavailable(name) {
-            return done(why.to_string(), Status::Error);
-        }
-        let args = match Args::parse(&call.arguments) {
-            Ok(a) => a,
-            Err(msg) => {
-                return done(format!("{name} was not run: {msg}"), Status::Error);
-            }
-        };
-        let invocation = match self.prepare(tool, &args, env) {
-            Ok(inv) => inv,
-            Err(ToolError::InvalidArguments(msg)) => {
-                return done(
-                    format!("{name} was not run because its arguments are invalid: {msg}"),
-                    Status::Error,
-                );
-            }
-            Err(ToolError::Failed(msg)) => {
-                return done(format!("{name} failed: {msg}"), Status::Error);
-            }
+        let (invocation, deadline) = match self.prepare_call(call, env) {
+            Ok(ready) => ready,
+            Err((text, status)) => return done(text, status),
         };
         let decision = self
             .policy()
@@ -485,7 +563,6 @@ impl Registry {
             }
             Decision::Allow { .. } => {}
         }
-        let deadline = tool.deadline(env);
         let result = tokio::select! {
             r = tokio::time::timeout(deadline, GRANT.scope(grant, invocation.job)) => match r {
                 Ok(r) => r,

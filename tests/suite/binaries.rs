@@ -170,7 +170,7 @@ async fn tools_lists_every_tool_with_its_effective_policy() {
                 .contains(&l.split_whitespace().next().unwrap_or(""))
         })
         .count();
-    assert_eq!(tool_lines, 23);
+    assert_eq!(tool_lines, 24);
 }
 
 /// A bad rule stops every command before it does anything, with the rule's key named, as it

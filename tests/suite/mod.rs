@@ -18,6 +18,7 @@ mod fuzz;
 mod gateway;
 mod lazy_edits;
 mod mcp;
+mod mcp_servers;
 mod passthrough;
 mod policy;
 mod progress;
