@@ -26,8 +26,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -337,67 +335,21 @@ async fn throughput(o: &Opts, dir: &Path, ws: &Path) {
             ("via toolpilot", tp.url.clone()),
         ] {
             let secs = if o.quick { 1 } else { 10 };
-            let stop = Arc::new(AtomicBool::new(false));
-            let errors = Arc::new(AtomicU64::new(0));
-            let addr = url
-                .trim_start_matches("http://")
-                .split('/')
-                .next()
-                .unwrap()
-                .to_string();
-            let path = format!(
-                "{}/chat/completions",
-                url.trim_start_matches("http://").trim_start_matches(&addr)
-            );
-            let req: Arc<[u8]> = wire::post(&addr, &path, &body.to_string()).into();
-            // Open the connections and warm them up before the clock starts.
-            let mut conns = Vec::new();
-            for _ in 0..clients {
-                let mut conn = wire::Conn::new(&addr);
-                conn.exchange(&req, b"[DONE]").await.unwrap();
-                conns.push(conn);
-            }
             let cpu0 = cpu_time(tp.pid);
-            let t = Instant::now();
-            let mut tasks = Vec::new();
-            for mut conn in conns {
-                let (req, stop, errors) =
-                    (Arc::clone(&req), Arc::clone(&stop), Arc::clone(&errors));
-                tasks.push(tokio::spawn(async move {
-                    let mut lat = Vec::new();
-                    while !stop.load(Ordering::Relaxed) {
-                        let t = Instant::now();
-                        match conn.exchange(&req, b"[DONE]").await {
-                            Ok(()) => lat.push(t.elapsed()),
-                            Err(e) => {
-                                if errors.fetch_add(1, Ordering::Relaxed) == 0 {
-                                    eprintln!("{label}: {e}");
-                                }
-                            }
-                        }
-                    }
-                    lat
-                }));
-            }
-            tokio::time::sleep(Duration::from_secs(secs)).await;
-            stop.store(true, Ordering::Relaxed);
-            let mut all = Vec::new();
-            for t in tasks {
-                all.extend(t.await.unwrap());
-            }
-            let elapsed = t.elapsed().as_secs_f64();
-            let rps = all.len() as f64 / elapsed;
+            // The CPU of the warm-up (one request per connection) is in the figure too.
+            let l = peers::load(&peers::Target::plain(label, &url), &body, clients, secs).await;
             let cpu = cpu_time(tp.pid).saturating_sub(cpu0);
-            let per = if label == "via toolpilot" && !all.is_empty() {
-                format!("{:.0} µs", cpu.as_secs_f64() * 1e6 / all.len() as f64)
+            let per = if label == "via toolpilot" && l.served > 0 {
+                format!("{:.0} µs", cpu.as_secs_f64() * 1e6 / l.served as f64)
             } else {
                 "-".into()
             };
             println!(
-                "| {clients} | {label} | **{rps:.0}** | {} ms | {} ms | {} | {per} |",
-                ms(pct(&mut all, 0.5)),
-                ms(pct(&mut all, 0.99)),
-                errors.load(Ordering::Relaxed)
+                "| {clients} | {label} | **{:.0}** | {} ms | {} ms | {} | {per} |",
+                l.rps,
+                ms(l.p50),
+                ms(l.p99),
+                l.errors
             );
         }
     }

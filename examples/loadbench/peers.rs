@@ -27,12 +27,24 @@ pub struct PeerPaths {
 }
 
 /// One thing requests are sent to.
-struct Target {
-    name: String,
+pub struct Target {
+    pub name: String,
     /// The base URL, ending in `/v1`.
-    url: String,
-    headers: Vec<(String, String)>,
-    _child: Option<Child>,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub _child: Option<Child>,
+}
+
+impl Target {
+    /// A server the harness started itself and reaches without extra headers.
+    pub fn plain(name: &str, url: &str) -> Target {
+        Target {
+            name: name.into(),
+            url: url.into(),
+            headers: Vec::new(),
+            _child: None,
+        }
+    }
 }
 
 /// The proxy's master key for the run (it listens on loopback only, for this run only).
@@ -216,13 +228,18 @@ async fn latency(c: &reqwest::Client, targets: &[&Target], body: &Value, n: usiz
         .collect()
 }
 
-struct Load {
-    rps: f64,
-    p99: Duration,
-    errors: u64,
+pub struct Load {
+    /// Requests completed while the clock ran.
+    pub served: usize,
+    pub rps: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub errors: u64,
 }
 
-async fn load(t: &Target, body: &Value, clients: usize, secs: u64) -> Load {
+/// `clients` keep-alive connections sending `body` back to back for `secs` seconds (opened
+/// and warmed up before the clock starts).
+pub async fn load(t: &Target, body: &Value, clients: usize, secs: u64) -> Load {
     let stream = body["stream"].as_bool().unwrap_or(false);
     let addr = t
         .url
@@ -237,7 +254,7 @@ async fn load(t: &Target, body: &Value, clients: usize, secs: u64) -> Load {
             .trim_start_matches("http://")
             .trim_start_matches(&addr)
     );
-    let req: Arc<[u8]> = wire::post_with(&addr, &path, &body.to_string(), &t.headers).into();
+    let req: Arc<[u8]> = wire::post(&addr, &path, &body.to_string(), &t.headers).into();
     let must: &'static [u8] = if stream { b"[DONE]" } else { b"Hello" };
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
@@ -280,7 +297,9 @@ async fn load(t: &Target, body: &Value, clients: usize, secs: u64) -> Load {
     }
     let elapsed = start.elapsed().as_secs_f64();
     Load {
+        served: all.len(),
         rps: all.len() as f64 / elapsed,
+        p50: pct(&mut all, 0.5),
         p99: pct(&mut all, 0.99),
         errors: errors.load(Ordering::Relaxed),
     }
@@ -296,18 +315,8 @@ pub async fn peers(o: &Opts, dir: &Path, ws: &Path, paths: &PeerPaths) {
     .await;
     let tp = spawn_toolpilot(dir, &mock.url, ws, &[]).await;
     let mut targets = vec![
-        Target {
-            name: "the mock directly".into(),
-            url: mock.url.clone(),
-            headers: Vec::new(),
-            _child: None,
-        },
-        Target {
-            name: "toolpilot".into(),
-            url: tp.url.clone(),
-            headers: Vec::new(),
-            _child: None,
-        },
+        Target::plain("the mock directly", &mock.url),
+        Target::plain("toolpilot", &tp.url),
     ];
     if let Some(bin) = &paths.litellm {
         targets.push(spawn_litellm(dir, bin, &mock.url).await);

@@ -14,18 +14,9 @@ pub struct Conn {
     buf: Vec<u8>,
 }
 
-/// `POST {path}` with a JSON body, as bytes ready to write.
-pub fn post(host: &str, path: &str, body: &str) -> Vec<u8> {
-    format!(
-        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
-/// [`post`] with extra request headers (a proxy's provider and key headers).
-pub fn post_with(host: &str, path: &str, body: &str, headers: &[(String, String)]) -> Vec<u8> {
+/// `POST {path}` with a JSON body and extra request headers (a proxy's provider and key
+/// headers), as bytes ready to write.
+pub fn post(host: &str, path: &str, body: &str, headers: &[(String, String)]) -> Vec<u8> {
     let extra: String = headers
         .iter()
         .map(|(k, v)| format!("{k}: {v}\r\n"))
