@@ -792,12 +792,15 @@ async fn toolpilot_mcp_writes_only_json_rpc_to_stdout_and_its_log_to_stderr() {
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|v| v.get("error").is_some())
         .collect();
+    // Answers are written as they are ready, not in the order of the requests.
     let code_of = |id: Value| {
-        errors
+        let mut codes = errors
             .iter()
             .filter(|e| e["id"] == id)
             .map(|e| e["error"]["code"].as_i64().unwrap())
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        codes.sort_unstable();
+        codes
     };
     assert_eq!(code_of(Value::Null), vec![-32700, -32600], "{out}");
     assert_eq!(code_of(json!(6)), vec![-32602], "{out}");

@@ -748,14 +748,41 @@ async fn toolpilot_tools_lists_the_servers_state_and_tools_with_their_policy() {
     );
 }
 
+/// A new folder outside every place a sandboxed stdio server may write by default (the
+/// temporary folder, `~/.npm`, `~/.cache`): in the checkout, unless the checkout is itself in
+/// the temporary folder (a CI clone into /tmp), else in the home folder or /var/tmp.
+fn outside_default_grants() -> tempfile::TempDir {
+    let canon = |p: std::path::PathBuf| p.canonicalize().unwrap_or(p);
+    let tmp = canon(std::env::temp_dir());
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let granted: Vec<std::path::PathBuf> = std::iter::once(tmp)
+        .chain(
+            home.iter()
+                .flat_map(|h| [canon(h.join(".npm")), canon(h.join(".cache"))]),
+        )
+        .collect();
+    let candidates = std::iter::once(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .chain(home.clone())
+        .chain(std::iter::once(std::path::PathBuf::from("/var/tmp")));
+    for c in candidates.map(canon) {
+        if granted.iter().any(|g| c.starts_with(g)) {
+            continue;
+        }
+        if let Ok(d) = tempfile::tempdir_in(&c) {
+            return d;
+        }
+    }
+    panic!("no writable folder outside the temporary folder, ~/.npm and ~/.cache for this test")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_servers_run_in_the_landlock_sandbox_with_their_grants() {
     let Some(py) = python_with_mcp() else { return };
     let granted = tempfile::tempdir().unwrap();
-    let elsewhere = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let elsewhere = outside_default_grants();
     // Outside every folder the server may write (a denied folder inside a writable one, such
     // as the temporary folder, stays readable: Landlock grants add up).
-    let hidden = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let hidden = outside_default_grants();
     std::fs::write(hidden.path().join("secret.txt"), "hidden").unwrap();
     let s = TestServer::builder()
         .yes()
