@@ -147,6 +147,28 @@ async fn run(mut cmd: tokio::process::Command, what: &str) -> (String, String) {
 
 /// A temporary folder for the tests' own files: the state folder of the test server's
 /// parent is reused, so nothing outlives the test.
+/// `codex exec --json` with `prompt`, in the workspace, with its own `CODEX_HOME` (which holds
+/// the config pointing it at toolpilot) and home folder, and no OpenAI key or URL from this
+/// environment; its stdout (the JSON events).
+async fn codex_exec(codex: &Path, s: &TestServer, codex_home: &Path, prompt: &str) -> String {
+    let mut cmd = tokio::process::Command::new(codex);
+    cmd.args([
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--sandbox",
+        "danger-full-access",
+        prompt,
+    ])
+    .current_dir(&s.ws)
+    .env("CODEX_HOME", codex_home)
+    .env("HOME", home(s, "home"))
+    .env("NO_PROXY", "127.0.0.1")
+    .env_remove("OPENAI_API_KEY")
+    .env_remove("OPENAI_BASE_URL");
+    run(cmd, "codex exec").await.0
+}
+
 fn home(s: &TestServer, name: &str) -> PathBuf {
     let p = s.dir.path().join(name);
     std::fs::create_dir_all(&p).unwrap();
@@ -180,22 +202,7 @@ async fn codex_exec_runs_a_server_tool_its_own_tool_and_a_namespaced_tool() {
         ),
     )
     .unwrap();
-    let mut cmd = tokio::process::Command::new(codex);
-    cmd.args([
-        "exec",
-        "--json",
-        "--skip-git-repo-check",
-        "--sandbox",
-        "danger-full-access",
-        "What do the files say?",
-    ])
-    .current_dir(&s.ws)
-    .env("CODEX_HOME", &codex_home)
-    .env("HOME", home(&s, "home"))
-    .env("NO_PROXY", "127.0.0.1")
-    .env_remove("OPENAI_API_KEY")
-    .env_remove("OPENAI_BASE_URL");
-    let (stdout, _) = run(cmd, "codex exec").await;
+    let stdout = codex_exec(&codex, &s, &codex_home, "What do the files say?").await;
     let events: Vec<Value> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -407,22 +414,13 @@ async fn codex_with_toolpilot_mcp(server: impl Fn(&TestServer) -> String) {
         ),
     )
     .unwrap();
-    let mut cmd = tokio::process::Command::new(codex);
-    cmd.args([
-        "exec",
-        "--json",
-        "--skip-git-repo-check",
-        "--sandbox",
-        "danger-full-access",
+    let stdout = codex_exec(
+        &codex,
+        &s,
+        &codex_home,
         "Use toolpilot to read hello.txt and write from-codex.txt.",
-    ])
-    .current_dir(&s.ws)
-    .env("CODEX_HOME", &codex_home)
-    .env("HOME", home(&s, "home"))
-    .env("NO_PROXY", "127.0.0.1")
-    .env_remove("OPENAI_API_KEY")
-    .env_remove("OPENAI_BASE_URL");
-    let (stdout, _) = run(cmd, "codex exec").await;
+    )
+    .await;
     let reqs = s.requests();
     check_conversation_invariants(&reqs);
     // Codex listed toolpilot's tools over MCP and offered them to its model.
@@ -577,22 +575,7 @@ async fn codex_answers_elicitations_but_never_approves_a_protected_path() {
         ),
     )
     .unwrap();
-    let mut cmd = tokio::process::Command::new(codex);
-    cmd.args([
-        "exec",
-        "--json",
-        "--skip-git-repo-check",
-        "--sandbox",
-        "danger-full-access",
-        "Write the two files.",
-    ])
-    .current_dir(&s.ws)
-    .env("CODEX_HOME", &codex_home)
-    .env("HOME", home(&s, "home"))
-    .env("NO_PROXY", "127.0.0.1")
-    .env_remove("OPENAI_API_KEY")
-    .env_remove("OPENAI_BASE_URL");
-    let (stdout, _) = run(cmd, "codex exec").await;
+    let stdout = codex_exec(&codex, &s, &codex_home, "Write the two files.").await;
     let reqs = s.requests();
     assert_eq!(reqs.len(), 3, "{stdout}");
     let first = tool_result(&reqs[1], "mcp_1");

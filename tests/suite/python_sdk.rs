@@ -7,21 +7,7 @@ use crate::support::*;
 
 /// The Python interpreter that has `openai`, if any.
 pub fn python_with_sdk() -> Option<String> {
-    let py = std::env::var("TOOLPILOT_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = std::process::Command::new(&py)
-        .args(["-c", "import openai"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(py);
-    }
-    if std::env::var("TOOLPILOT_REQUIRE_PYTHON_SDK").is_ok_and(|v| v == "1") {
-        panic!(
-            "the openai Python SDK is required (TOOLPILOT_REQUIRE_PYTHON_SDK=1) but `{py} -c 'import openai'` fails"
-        );
-    }
-    eprintln!("skipping: no Python with the openai SDK (set TOOLPILOT_TEST_PYTHON; .ci/run does)");
-    None
+    python_with("openai", "openai Python SDK")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

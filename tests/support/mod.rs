@@ -692,3 +692,24 @@ pub fn lacks(have: bool, needs: Needs) -> bool {
     eprintln!("skipping: this machine lacks {needs:?}");
     true
 }
+
+/// The Python interpreter (`TOOLPILOT_TEST_PYTHON`, else `python3`) that can run `import
+/// {imports}`, if any; `what` names the package in the messages. Where `.ci/run` installed the
+/// packages (`TOOLPILOT_REQUIRE_PYTHON_SDK=1`) a missing one fails the test instead of skipping it.
+pub fn python_with(imports: &str, what: &str) -> Option<String> {
+    let py = std::env::var("TOOLPILOT_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = std::process::Command::new(&py)
+        .args(["-c", &format!("import {imports}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(py);
+    }
+    if std::env::var("TOOLPILOT_REQUIRE_PYTHON_SDK").is_ok_and(|v| v == "1") {
+        panic!(
+            "the {what} is required (TOOLPILOT_REQUIRE_PYTHON_SDK=1) but `{py} -c 'import {imports}'` fails"
+        );
+    }
+    eprintln!("skipping: no Python with the {what} (set TOOLPILOT_TEST_PYTHON; .ci/run does)");
+    None
+}
