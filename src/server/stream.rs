@@ -19,6 +19,11 @@ use crate::agent::{RunEvent, RunHandle};
 use crate::config::Progress;
 use crate::error::ApiError;
 
+/// The largest frame made by coalescing events.
+const MAX_FRAME: usize = 32 * 1024;
+/// Scheduler turns a frame waits, in a row, for another event that is on its way.
+const COALESCE_TURNS: u32 = 8;
+
 /// Where a response reads its run's events: the run itself, or a detached run's replay.
 pub trait EventSource: Send + 'static {
     fn recv(&mut self) -> impl std::future::Future<Output = Option<RunEvent>> + Send;
@@ -115,6 +120,8 @@ struct Outbound<S, W> {
     /// The last text sent was a progress line (which already ends with a blank line).
     after_progress: bool,
     pending: Option<RunEvent>,
+    /// A frame made before the response headers went out (sent first).
+    ready: Option<Bytes>,
     started: bool,
     finished: bool,
 }
@@ -170,11 +177,46 @@ impl<S: EventSource, W: Wire> Outbound<S, W> {
         }
     }
 
+    /// Adds what is ready to `out`, for one write; returns true when the stream is complete.
+    ///
+    /// An upstream's events often arrive together (one read holds several SSE events), but
+    /// its HTTP client hands them over one body chunk at a time from its own task. So when
+    /// nothing is waiting, this gives the scheduler a turn (which lets that task hand over
+    /// the next chunk) and looks again, up to `turns` turns in a row without an event (the
+    /// run may read several chunks, the end of the upstream's stream among them, before its
+    /// next event). Each turn costs microseconds; each write saved costs the kernel a loopback
+    /// send and the client a wake-up. Nothing waits for data that has not arrived.
+    async fn coalesce(&mut self, out: &mut BytesMut, turns: u32) -> bool {
+        let mut idle_turns = 0;
+        while out.len() < MAX_FRAME {
+            match self.source.try_recv() {
+                Some(ev) => {
+                    idle_turns = 0;
+                    if self.encode(ev, out) {
+                        return true;
+                    }
+                }
+                None if idle_turns < turns => {
+                    idle_turns += 1;
+                    tokio::task::yield_now().await;
+                }
+                None => break,
+            }
+        }
+        false
+    }
+
     async fn next_bytes(&mut self) -> Option<Bytes> {
+        if let Some(ready) = self.ready.take() {
+            return Some(ready);
+        }
         if self.finished {
             return None;
         }
         let mut out = BytesMut::new();
+        // The first frame leaves with what is ready at once: the first text is what a person
+        // waits for. Later frames take turns to gather what is on its way.
+        let turns = if self.started { COALESCE_TURNS } else { 0 };
         if !self.started {
             self.started = true;
             self.wire.open(&mut out);
@@ -199,18 +241,7 @@ impl<S: EventSource, W: Wire> Outbound<S, W> {
             self.finished = true;
             return Some(out.freeze());
         }
-        // Coalesce what is already waiting into one write.
-        while out.len() < 32 * 1024 {
-            match self.source.try_recv() {
-                Some(ev) => {
-                    if self.encode(ev, &mut out) {
-                        self.finished = true;
-                        break;
-                    }
-                }
-                None => break,
-            }
-        }
+        self.finished = self.coalesce(&mut out, turns).await;
         Some(out.freeze())
     }
 }
@@ -232,7 +263,7 @@ pub async fn sse_response<S: EventSource, W: Wire>(
         Ok(Some(ev)) => Some(ev),
         Err(_) => None,
     };
-    let outbound = Outbound {
+    let mut outbound = Outbound {
         source,
         wire,
         keepalive,
@@ -240,9 +271,16 @@ pub async fn sse_response<S: EventSource, W: Wire>(
         at_line_start: true,
         after_progress: false,
         pending: first,
+        ready: None,
         started: false,
         finished: false,
     };
+    // With the first event in hand, make the first frame now: what is ready with it goes out
+    // in the same write as the response headers (hyper writes the headers on their own when
+    // the body is not ready the moment it asks).
+    if outbound.pending.is_some() {
+        outbound.ready = outbound.next_bytes().await;
+    }
     let stream = futures_util::stream::unfold(outbound, |mut o| async move {
         o.next_bytes()
             .await
@@ -257,4 +295,127 @@ pub async fn sse_response<S: EventSource, W: Wire>(
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use futures_util::StreamExt;
+    use tokio::sync::{Notify, mpsc};
+
+    use super::*;
+
+    /// Events from a channel a test fills, as a run's events reach a response.
+    struct Channel(mpsc::Receiver<RunEvent>);
+
+    impl EventSource for Channel {
+        async fn recv(&mut self) -> Option<RunEvent> {
+            self.0.recv().await
+        }
+        fn try_recv(&mut self) -> Option<RunEvent> {
+            self.0.try_recv().ok()
+        }
+    }
+
+    /// Writes events as short tags, so a test reads which frame carried what.
+    struct Tags;
+
+    impl Wire for Tags {
+        fn open(&mut self, out: &mut BytesMut) {
+            out.extend_from_slice(b"open;");
+        }
+        fn text(&mut self, out: &mut BytesMut, text: &str) {
+            out.extend_from_slice(format!("{text};").as_bytes());
+        }
+        fn reasoning(&mut self, _out: &mut BytesMut, _text: &str) {}
+        fn other(&mut self, out: &mut BytesMut, ev: RunEvent) -> bool {
+            out.extend_from_slice(b"done;");
+            matches!(ev, RunEvent::Done { .. })
+        }
+        fn fail(&mut self, out: &mut BytesMut, _error: &ApiError) {
+            out.extend_from_slice(b"failed;");
+        }
+        fn collect(&mut self, _ev: RunEvent) -> Option<Response> {
+            None
+        }
+    }
+
+    fn done() -> RunEvent {
+        RunEvent::Done {
+            finish_reason: "stop".into(),
+            usage: Default::default(),
+            model: "m".into(),
+            rounds: 1,
+        }
+    }
+
+    fn text(t: &str) -> RunEvent {
+        RunEvent::Content(t.into())
+    }
+
+    async fn frames_of(response: Response, mut each: impl FnMut(usize)) -> Vec<String> {
+        let mut body = response.into_body().into_data_stream();
+        let mut frames = Vec::new();
+        while let Some(frame) = body.next().await {
+            frames.push(String::from_utf8(frame.unwrap().to_vec()).unwrap());
+            each(frames.len());
+        }
+        frames
+    }
+
+    /// An upstream's burst reaches the response one event per scheduler turn (its HTTP
+    /// client hands over one chunk at a time). The first frame leaves with what is ready at
+    /// once; the rest of the burst goes out as one frame, not one write per event.
+    #[tokio::test]
+    async fn a_burst_goes_out_in_two_writes_the_first_text_without_waiting() {
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            for ev in [text("a"), text("b"), text("c"), text("d"), done()] {
+                tx.send(ev).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        });
+        let response = sse_response(
+            Channel(rx),
+            Tags,
+            Duration::from_secs(30),
+            Progress::Comments,
+        )
+        .await;
+        let frames = frames_of(response, |_| {}).await;
+        assert_eq!(frames, ["open;a;", "b;c;d;done;"]);
+    }
+
+    /// Coalescing never waits for an event that has not arrived: with the run waiting on
+    /// something else (a tool, an approval), what is there is written at once.
+    #[tokio::test]
+    async fn a_frame_never_waits_for_an_event_that_has_not_arrived() {
+        let (tx, rx) = mpsc::channel(16);
+        let go = Arc::new(Notify::new());
+        let go2 = Arc::clone(&go);
+        tokio::spawn(async move {
+            tx.send(text("a")).await.unwrap();
+            tokio::task::yield_now().await;
+            tx.send(text("b")).await.unwrap();
+            // The run now waits: nothing more comes until the test has seen "b".
+            go2.notified().await;
+            tx.send(text("c")).await.unwrap();
+            tx.send(done()).await.unwrap();
+        });
+        let response = sse_response(
+            Channel(rx),
+            Tags,
+            Duration::from_secs(30),
+            Progress::Comments,
+        )
+        .await;
+        let frames = frames_of(response, |n| {
+            if n == 2 {
+                go.notify_one();
+            }
+        })
+        .await;
+        assert_eq!(frames, ["open;a;", "b;", "c;done;"]);
+    }
 }
