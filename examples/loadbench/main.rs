@@ -98,6 +98,36 @@ async fn spawn_toolpilot(dir: &Path, upstream: &str, ws: &Path, extra: &[&str]) 
     spawn_toolpilot_env(dir, upstream, ws, extra, &[]).await
 }
 
+/// The bare forwarder (`examples/bareproxy.rs`) in front of `upstream`: the floor any proxy
+/// built like toolpilot pays on this machine.
+async fn spawn_bare(upstream: &str) -> Proc {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().unwrap().join("bareproxy");
+    if !bin.exists() {
+        eprintln!(
+            "{} is missing: build the examples first (cargo build --release --examples)",
+            bin.display()
+        );
+        std::process::exit(2);
+    }
+    let mut child = Command::new(bin)
+        .args(["127.0.0.1:0", upstream])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = read_url(&mut lines).await;
+    let pid = child.id().unwrap();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Proc {
+        _child: child,
+        url,
+        pid,
+    }
+}
+
 /// [`spawn_toolpilot`] with extra environment variables (configuration keys).
 async fn spawn_toolpilot_env(
     dir: &Path,
@@ -248,10 +278,18 @@ async fn latency(o: &Opts, dir: &Path, ws: &Path) {
     stream_small["stream"] = json!(true);
     let mut stream_notools = stream_small.clone();
     stream_notools["tools"] = json!([]);
+    let bare = spawn_bare(&mock.url).await;
     println!(
-        "| case | direct median | via toolpilot median | added (median of paired differences) | direct p99 | via p99 | added p99 (via p99 − direct p99) |"
+        "Each round sends the request to the mock directly, through the bare forwarder \
+         (`examples/bareproxy.rs`: the same HTTP stack with no work of its own) and through \
+         toolpilot, in a rotating order. \"Added\" is the median of the per-round differences \
+         with the direct request; \"beyond bare\" is the median of toolpilot minus the bare \
+         forwarder, what toolpilot's own work costs.\n"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| case | direct median | bare forwarder added | toolpilot added | toolpilot beyond bare | direct p99 | toolpilot p99 | added p99 (p99 − direct p99) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for (name, body, ttft, via) in [
         ("non-stream, small body", &small, false, &tp),
         ("non-stream, 3 KB agent body", &big, false, &tp),
@@ -275,45 +313,41 @@ async fn latency(o: &Opts, dir: &Path, ws: &Path) {
             &tp,
         ),
     ] {
-        let tp = via;
+        let urls = [&mock.url, &bare.url, &via.url];
         // Warm-up: connections, caches.
         for _ in 0..(n / 10).max(5) {
-            request(&c, &mock.url, body).await;
-            request(&c, &tp.url, body).await;
-        }
-        let (mut d, mut v) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        // Paired differences: each round measures both, so slow moments of the machine hit
-        // both sides of a pair.
-        let mut diff: Vec<f64> = Vec::with_capacity(n);
-        for i in 0..n {
-            let order = if i % 2 == 0 {
-                [&mock.url, &tp.url]
-            } else {
-                [&tp.url, &mock.url]
-            };
-            let mut pair = [Duration::ZERO; 2];
-            for u in order {
-                let (total, first) = request(&c, u, body).await;
-                let x = if ttft { first } else { total };
-                if u == &mock.url {
-                    d.push(x);
-                    pair[0] = x;
-                } else {
-                    v.push(x);
-                    pair[1] = x;
-                }
+            for u in urls {
+                request(&c, u, body).await;
             }
-            diff.push(pair[1].as_secs_f64() - pair[0].as_secs_f64());
         }
-        diff.sort_by(f64::total_cmp);
-        let added = diff[diff.len() / 2];
-        let (dm, vm) = (pct(&mut d, 0.5), pct(&mut v, 0.5));
-        let (d99, v99) = (pct(&mut d, 0.99), pct(&mut v, 0.99));
+        // Per target, one time per round. Paired differences: each round measures all three,
+        // so slow moments of the machine hit every side of a pair.
+        let mut t: [Vec<Duration>; 3] = std::array::from_fn(|_| Vec::with_capacity(n));
+        for i in 0..n {
+            for k in 0..3 {
+                let j = (i + k) % 3;
+                let (total, first) = request(&c, urls[j], body).await;
+                t[j].push(if ttft { first } else { total });
+            }
+        }
+        let median_diff = |a: &[Duration], b: &[Duration]| {
+            let mut d: Vec<f64> = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| x.as_secs_f64() - y.as_secs_f64())
+                .collect();
+            d.sort_by(f64::total_cmp);
+            d[d.len() / 2] * 1000.0
+        };
+        let bare_added = median_diff(&t[1], &t[0]);
+        let added = median_diff(&t[2], &t[0]);
+        let beyond = median_diff(&t[2], &t[1]);
+        let [d, _, v] = &mut t;
+        let dm = pct(d, 0.5);
+        let (d99, v99) = (pct(d, 0.99), pct(v, 0.99));
         println!(
-            "| {name} | {} ms | {} ms | **{:.3} ms** | {} ms | {} ms | **{} ms** |",
+            "| {name} | {} ms | {bare_added:.3} ms | **{added:.3} ms** | **{beyond:.3} ms** | {} ms | {} ms | {} ms |",
             ms(dm),
-            ms(vm),
-            added * 1000.0,
             ms(d99),
             ms(v99),
             ms(v99.saturating_sub(d99))
@@ -325,28 +359,37 @@ async fn throughput(o: &Opts, dir: &Path, ws: &Path) {
     println!("\n## 2. Throughput with concurrent streaming clients\n");
     let mock = spawn_mock(dir, "throughput", json!({"record": false, "repeat_last": true, "rounds": [{"text": "Hello there, streaming world", "chunk_size": 8}]})).await;
     let tp = spawn_toolpilot(dir, &mock.url, ws, &[]).await;
+    let bare = spawn_bare(&mock.url).await;
     let body = json!({"model": "mock-model", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
-    println!("| clients | target | requests/s | p50 | p99 | errors | toolpilot CPU per request |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| clients | target | requests/s | ÷ the mock's | p50 | p99 | errors | its CPU per request |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     let levels: &[usize] = if o.quick { &[4] } else { &[64, 512] };
     for &clients in levels {
-        for (label, url) in [
-            ("mock directly", mock.url.clone()),
-            ("via toolpilot", tp.url.clone()),
+        let mut mock_rps = 0.0;
+        for (label, p) in [
+            ("mock directly", &mock),
+            ("bare forwarder", &bare),
+            ("via toolpilot", &tp),
         ] {
             let secs = if o.quick { 1 } else { 10 };
-            let cpu0 = cpu_time(tp.pid);
+            let cpu0 = cpu_time(p.pid);
             // The CPU of the warm-up (one request per connection) is in the figure too.
-            let l = peers::load(&peers::Target::plain(label, &url), &body, clients, secs).await;
-            let cpu = cpu_time(tp.pid).saturating_sub(cpu0);
-            let per = if label == "via toolpilot" && l.served > 0 {
+            let l = peers::load(&peers::Target::plain(label, &p.url), &body, clients, secs).await;
+            let cpu = cpu_time(p.pid).saturating_sub(cpu0);
+            let per = if l.served > 0 {
                 format!("{:.0} µs", cpu.as_secs_f64() * 1e6 / l.served as f64)
             } else {
                 "-".into()
             };
+            if label == "mock directly" {
+                mock_rps = l.rps;
+            }
             println!(
-                "| {clients} | {label} | **{:.0}** | {} ms | {} ms | {} | {per} |",
+                "| {clients} | {label} | **{:.0}** | {:.2} × | {} ms | {} ms | {} | {per} |",
                 l.rps,
+                l.rps / mock_rps.max(1.0),
                 ms(l.p50),
                 ms(l.p99),
                 l.errors
