@@ -71,6 +71,20 @@ async fn read_url(
     panic!("the process ended before printing its address");
 }
 
+/// A started server: its address, read from `output` (the line that names it), which is then
+/// drained so the server never blocks on a full pipe.
+async fn adopt(child: Child, output: impl tokio::io::AsyncRead + Unpin + Send + 'static) -> Proc {
+    let mut lines = BufReader::new(output).lines();
+    let url = read_url(&mut lines).await;
+    let pid = child.id().unwrap();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Proc {
+        _child: child,
+        url,
+        pid,
+    }
+}
+
 async fn spawn_mock(dir: &Path, name: &str, script: Value) -> Proc {
     let path = dir.join(format!("{name}.json"));
     std::fs::write(&path, script.to_string()).unwrap();
@@ -83,15 +97,8 @@ async fn spawn_mock(dir: &Path, name: &str, script: Value) -> Proc {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = read_url(&mut lines).await;
-    let pid = child.id().unwrap();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Proc {
-        _child: child,
-        url,
-        pid,
-    }
+    let out = child.stdout.take().unwrap();
+    adopt(child, out).await
 }
 
 async fn spawn_toolpilot(dir: &Path, upstream: &str, ws: &Path, extra: &[&str]) -> Proc {
@@ -117,15 +124,8 @@ async fn spawn_bare(upstream: &str) -> Proc {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = read_url(&mut lines).await;
-    let pid = child.id().unwrap();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Proc {
-        _child: child,
-        url,
-        pid,
-    }
+    let out = child.stderr.take().unwrap();
+    adopt(child, out).await
 }
 
 /// [`spawn_toolpilot`] with extra environment variables (configuration keys).
@@ -158,15 +158,8 @@ async fn spawn_toolpilot_env(
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = read_url(&mut lines).await;
-    let pid = child.id().unwrap();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Proc {
-        _child: child,
-        url,
-        pid,
-    }
+    let out = child.stderr.take().unwrap();
+    adopt(child, out).await
 }
 
 fn client() -> reqwest::Client {

@@ -354,6 +354,17 @@ mod tests {
         RunEvent::Content(t.into())
     }
 
+    /// The event stream of a run whose events come from `rx`.
+    async fn respond(rx: mpsc::Receiver<RunEvent>) -> Response {
+        sse_response(
+            Channel(rx),
+            Tags,
+            Duration::from_secs(30),
+            Progress::Comments,
+        )
+        .await
+    }
+
     async fn frames_of(response: Response, mut each: impl FnMut(usize)) -> Vec<String> {
         let mut body = response.into_body().into_data_stream();
         let mut frames = Vec::new();
@@ -376,13 +387,7 @@ mod tests {
                 tokio::task::yield_now().await;
             }
         });
-        let response = sse_response(
-            Channel(rx),
-            Tags,
-            Duration::from_secs(30),
-            Progress::Comments,
-        )
-        .await;
+        let response = respond(rx).await;
         let frames = frames_of(response, |_| {}).await;
         assert_eq!(frames, ["open;a;", "b;c;d;done;"]);
     }
@@ -403,13 +408,7 @@ mod tests {
             tx.send(text("c")).await.unwrap();
             tx.send(done()).await.unwrap();
         });
-        let response = sse_response(
-            Channel(rx),
-            Tags,
-            Duration::from_secs(30),
-            Progress::Comments,
-        )
-        .await;
+        let response = respond(rx).await;
         let frames = frames_of(response, |n| {
             if n == 2 {
                 go.notify_one();
