@@ -71,9 +71,30 @@ async fn read_url(
     panic!("the process ended before printing its address");
 }
 
-/// A started server: its address, read from `output` (the line that names it), which is then
-/// drained so the server never blocks on a full pipe.
-async fn adopt(child: Child, output: impl tokio::io::AsyncRead + Unpin + Send + 'static) -> Proc {
+/// Where a server prints the line with its address.
+#[derive(Clone, Copy)]
+enum Says {
+    Stdout,
+    Stderr,
+}
+
+/// Starts a server and reads its address from the stream it prints it on; that stream is then
+/// drained so the server never blocks on a full pipe, and the other one is dropped.
+async fn start(mut cmd: Command, says: Says) -> Proc {
+    let (out, err) = match says {
+        Says::Stdout => (Stdio::piped(), Stdio::null()),
+        Says::Stderr => (Stdio::null(), Stdio::piped()),
+    };
+    let mut child = cmd
+        .stdout(out)
+        .stderr(err)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let output: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match says {
+        Says::Stdout => Box::new(child.stdout.take().unwrap()),
+        Says::Stderr => Box::new(child.stderr.take().unwrap()),
+    };
     let mut lines = BufReader::new(output).lines();
     let url = read_url(&mut lines).await;
     let pid = child.id().unwrap();
@@ -88,17 +109,11 @@ async fn adopt(child: Child, output: impl tokio::io::AsyncRead + Unpin + Send + 
 async fn spawn_mock(dir: &Path, name: &str, script: Value) -> Proc {
     let path = dir.join(format!("{name}.json"));
     std::fs::write(&path, script.to_string()).unwrap();
-    let mut child = Command::new(toolpilot_bin())
-        .args(["mock-upstream", "--bind", "127.0.0.1:0", "--script"])
+    let mut cmd = Command::new(toolpilot_bin());
+    cmd.args(["mock-upstream", "--bind", "127.0.0.1:0", "--script"])
         .arg(&path)
-        .env("TOOLPILOT_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    adopt(child, out).await
+        .env("TOOLPILOT_LOG", "error");
+    start(cmd, Says::Stdout).await
 }
 
 async fn spawn_toolpilot(dir: &Path, upstream: &str, ws: &Path, extra: &[&str]) -> Proc {
@@ -117,15 +132,9 @@ async fn spawn_bare(upstream: &str) -> Proc {
         );
         std::process::exit(2);
     }
-    let mut child = Command::new(bin)
-        .args(["127.0.0.1:0", upstream])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let out = child.stderr.take().unwrap();
-    adopt(child, out).await
+    let mut cmd = Command::new(bin);
+    cmd.args(["127.0.0.1:0", upstream]);
+    start(cmd, Says::Stderr).await
 }
 
 /// [`spawn_toolpilot`] with extra environment variables (configuration keys).
@@ -136,30 +145,24 @@ async fn spawn_toolpilot_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Proc {
-    let mut child = Command::new(toolpilot_bin())
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--model",
-            "mock-model",
-            "--upstream",
-            upstream,
-            "--workspace",
-        ])
-        .arg(ws)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .args(extra)
-        .envs(env.iter().copied())
-        .env("TOOLPILOT_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let out = child.stderr.take().unwrap();
-    adopt(child, out).await
+    let mut cmd = Command::new(toolpilot_bin());
+    cmd.args([
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--model",
+        "mock-model",
+        "--upstream",
+        upstream,
+        "--workspace",
+    ])
+    .arg(ws)
+    .arg("--state-dir")
+    .arg(dir.join("state"))
+    .args(extra)
+    .envs(env.iter().copied())
+    .env("TOOLPILOT_LOG", "info");
+    start(cmd, Says::Stderr).await
 }
 
 fn client() -> reqwest::Client {
