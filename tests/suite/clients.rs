@@ -145,8 +145,6 @@ async fn run(mut cmd: tokio::process::Command, what: &str) -> (String, String) {
     (stdout, stderr)
 }
 
-/// A temporary folder for the tests' own files: the state folder of the test server's
-/// parent is reused, so nothing outlives the test.
 /// `codex exec --json` with `prompt`, in the workspace, with its own `CODEX_HOME` (which holds
 /// the config pointing it at toolpilot) and home folder, and no OpenAI key or URL from this
 /// environment; its stdout (the JSON events).
@@ -167,6 +165,28 @@ async fn codex_exec(codex: &Path, s: &TestServer, codex_home: &Path, prompt: &st
     .env_remove("OPENAI_API_KEY")
     .env_remove("OPENAI_BASE_URL");
     run(cmd, "codex exec").await.0
+}
+
+/// A folder for a client's own files (its home, its configuration), in the test server's
+/// temporary folder, so nothing outlives the test.
+/// `cn -p --auto` (Continue's CLI, headless) with `prompt`, in the workspace, with
+/// `config_yaml` as its configuration and its own home folder, telemetry off; its stdout.
+async fn cn_print(cn: &Path, s: &TestServer, config_yaml: &str, prompt: &str) -> String {
+    let home_dir = home(s, "home");
+    let config = home_dir.join("config.yaml");
+    std::fs::write(&config, config_yaml).unwrap();
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg(cn)
+        .args(["-p", "--auto", "--config"])
+        .arg(&config)
+        .arg(prompt)
+        .current_dir(&s.ws)
+        .env("HOME", &home_dir)
+        .env("CONTINUE_GLOBAL_DIR", home_dir.join(".continue"))
+        .env("CONTINUE_CLI_ENABLE_TELEMETRY", "0")
+        .env("CONTINUE_METRICS_ENABLED", "0")
+        .env("NO_PROXY", "127.0.0.1");
+    run(cmd, "cn -p").await.0
 }
 
 fn home(s: &TestServer, name: &str) -> PathBuf {
@@ -241,30 +261,13 @@ async fn continue_cli_runs_a_server_tool_and_its_own_tool() {
         &recording(&rec),
     )
     .await;
-    let home_dir = home(&s, "home");
-    let config = home_dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "name: toolpilot\nversion: 0.0.1\nschema: v1\nmodels:\n  - name: toolpilot\n    \
-             provider: openai\n    model: mock-model\n    apiBase: {}\n    apiKey: unused\n    \
-             roles: [chat]\n    capabilities: [tool_use]\n",
-            s.url("/v1")
-        ),
-    )
-    .unwrap();
-    let mut cmd = tokio::process::Command::new("node");
-    cmd.arg(cn)
-        .args(["-p", "--auto", "--config"])
-        .arg(&config)
-        .arg("What do the files say?")
-        .current_dir(&s.ws)
-        .env("HOME", &home_dir)
-        .env("CONTINUE_GLOBAL_DIR", home_dir.join(".continue"))
-        .env("CONTINUE_CLI_ENABLE_TELEMETRY", "0")
-        .env("CONTINUE_METRICS_ENABLED", "0")
-        .env("NO_PROXY", "127.0.0.1");
-    let (stdout, _) = run(cmd, "cn -p").await;
+    let config = format!(
+        "name: toolpilot\nversion: 0.0.1\nschema: v1\nmodels:\n  - name: toolpilot\n    \
+         provider: openai\n    model: mock-model\n    apiBase: {}\n    apiKey: unused\n    \
+         roles: [chat]\n    capabilities: [tool_use]\n",
+        s.url("/v1")
+    );
+    let stdout = cn_print(&cn, &s, &config, "What do the files say?").await;
     assert_eq!(stdout.trim(), "cn is done.");
     check_round_trips(&s, 0, CLIENT_FILE.trim());
     record_shape("continue-cli", &rec);
@@ -497,32 +500,15 @@ async fn continue_cli_uses_toolpilot_as_its_mcp_server() {
         .config("[policy]\nallow = [\"create_new_file(from-cn.txt)\"]\n")
         .start()
         .await;
-    let home_dir = home(&s, "home");
-    let config = home_dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "name: toolpilot\nversion: 0.0.1\nschema: v1\nmodels:\n  - name: toolpilot\n    \
-             provider: openai\n    model: plain/mock-model\n    apiBase: {}\n    \
-             apiKey: unused\n    roles: [chat]\n    capabilities: [tool_use]\n\
-             mcpServers:\n  - name: toolpilot\n    type: streamable-http\n    url: {}\n",
-            s.url("/v1"),
-            s.url("/mcp")
-        ),
-    )
-    .unwrap();
-    let mut cmd = tokio::process::Command::new("node");
-    cmd.arg(cn)
-        .args(["-p", "--auto", "--config"])
-        .arg(&config)
-        .arg("Read hello.txt and write from-cn.txt.")
-        .current_dir(&s.ws)
-        .env("HOME", &home_dir)
-        .env("CONTINUE_GLOBAL_DIR", home_dir.join(".continue"))
-        .env("CONTINUE_CLI_ENABLE_TELEMETRY", "0")
-        .env("CONTINUE_METRICS_ENABLED", "0")
-        .env("NO_PROXY", "127.0.0.1");
-    let (stdout, _) = run(cmd, "cn -p").await;
+    let config = format!(
+        "name: toolpilot\nversion: 0.0.1\nschema: v1\nmodels:\n  - name: toolpilot\n    \
+         provider: openai\n    model: plain/mock-model\n    apiBase: {}\n    \
+         apiKey: unused\n    roles: [chat]\n    capabilities: [tool_use]\n\
+         mcpServers:\n  - name: toolpilot\n    type: streamable-http\n    url: {}\n",
+        s.url("/v1"),
+        s.url("/mcp")
+    );
+    let stdout = cn_print(&cn, &s, &config, "Read hello.txt and write from-cn.txt.").await;
     assert_eq!(stdout.trim(), "cn is done.");
     let reqs = s.requests();
     assert_eq!(reqs.len(), 3, "{stdout}");
