@@ -8,7 +8,13 @@
 //! adds can be split into what any such proxy pays on this machine (two more hops through
 //! the kernel and a process) and what toolpilot's own work costs.
 //!
-//! `bareproxy BIND UPSTREAM-BASE-URL`; prints `listening on http://ADDR/v1` on stderr.
+//! With a third argument, a file holding a JSON array of tool specs, it also adds that array as
+//! the request's `tools` when the request has none, spliced into the serialised body as
+//! toolpilot splices its own (serialised once, shared): a forwarder that sends the upstream the
+//! same bytes toolpilot sends, so the upstream's cost of reading them is on both sides.
+//!
+//! `bareproxy BIND UPSTREAM-BASE-URL [TOOLS.json]`; prints `listening on http://ADDR/v1` on
+//! stderr.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,14 +32,22 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Upstream {
     client: reqwest::Client,
     chat_url: reqwest::Url,
+    /// The `tools` array to add, serialised.
+    tools: Option<Bytes>,
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(bind), Some(base)) = (args.next(), args.next()) else {
-        eprintln!("usage: bareproxy BIND UPSTREAM-BASE-URL");
+        eprintln!("usage: bareproxy BIND UPSTREAM-BASE-URL [TOOLS.json]");
         std::process::exit(2);
     };
+    let tools = args.next().map(|path| {
+        let text = std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
+        let specs: Vec<serde_json::Value> = serde_json::from_slice(&text)
+            .unwrap_or_else(|e| panic!("{path} is not a JSON array of tool specs: {e}"));
+        Bytes::from(serde_json::to_vec(&specs).unwrap())
+    });
     toolpilot::process::install_crypto_provider();
     let up = Upstream {
         client: reqwest::Client::builder()
@@ -44,6 +58,7 @@ fn main() {
         chat_url: format!("{}/chat/completions", base.trim_end_matches('/'))
             .parse()
             .unwrap(),
+        tools,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -78,7 +93,7 @@ async fn forward(State(up): State<Upstream>, body: Bytes) -> Response {
         .client
         .post(up.chat_url.clone())
         .header(header::CONTENT_TYPE, "application/json")
-        .body(serde_json::to_vec(&request).unwrap())
+        .body(body_for(&request, up.tools.as_ref()))
         .send()
         .await;
     let r = match sent {
@@ -90,4 +105,23 @@ async fn forward(State(up): State<Upstream>, body: Bytes) -> Response {
         out = out.header(header::CONTENT_TYPE, ct);
     }
     out.body(Body::from_stream(r.bytes_stream())).unwrap()
+}
+
+/// The request serialised, with `tools` spliced in after the last field when there are tools
+/// to add and the request has none.
+fn body_for(request: &serde_json::Value, tools: Option<&Bytes>) -> Vec<u8> {
+    let mut out = serde_json::to_vec(request).unwrap();
+    if let Some(specs) = tools
+        && request.get("tools").is_none()
+        && out.last() == Some(&b'}')
+    {
+        out.pop();
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"tools\":");
+        out.extend_from_slice(specs);
+        out.push(b'}');
+    }
+    out
 }

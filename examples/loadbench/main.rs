@@ -8,7 +8,8 @@
 //! 4. `grep_search` and `file_glob_search` against ripgrep on a large tree, results compared;
 //! 5. resident memory idle and with many open streams;
 //! 6. workspace snapshots (the checkpoint of commands) on the large tree;
-//! 7. with `--only peers`: LiteLLM and Portkey's gateway beside toolpilot (`bench/peers`).
+//! 7. with `--only peers`: LiteLLM and Portkey's gateway beside toolpilot and the bare forwarder,
+//!    in front of the mock and of a Python upstream (`bench/peers`).
 //!
 //! `cargo build --release && cargo run --release --example loadbench -- --tree DIR`
 //! (`bench/run` does both). `--quick` runs tiny counts (CI: it checks the harness still works;
@@ -123,6 +124,12 @@ async fn spawn_toolpilot(dir: &Path, upstream: &str, ws: &Path, extra: &[&str]) 
 /// The bare forwarder (`examples/bareproxy.rs`) in front of `upstream`: the floor any proxy
 /// built like toolpilot pays on this machine.
 async fn spawn_bare(upstream: &str) -> Proc {
+    spawn_bare_with(upstream, None).await
+}
+
+/// [`spawn_bare`], adding the tool specs in `tools` (a JSON array) to every request, as
+/// toolpilot adds its own.
+async fn spawn_bare_with(upstream: &str, tools: Option<&Path>) -> Proc {
     let exe = std::env::current_exe().unwrap();
     let bin = exe.parent().unwrap().join("bareproxy");
     if !bin.exists() {
@@ -134,6 +141,9 @@ async fn spawn_bare(upstream: &str) -> Proc {
     }
     let mut cmd = Command::new(bin);
     cmd.args(["127.0.0.1:0", upstream]);
+    if let Some(t) = tools {
+        cmd.arg(t);
+    }
     start(cmd, Says::Stderr).await
 }
 
@@ -777,6 +787,7 @@ fn main() {
         peers: peers::PeerPaths {
             litellm: None,
             portkey: None,
+            python: None,
         },
     };
     let mut args = std::env::args().skip(1);
@@ -787,9 +798,10 @@ fn main() {
             "--only" => o.only = args.next(),
             "--litellm" => o.peers.litellm = args.next().map(PathBuf::from),
             "--portkey" => o.peers.portkey = args.next().map(PathBuf::from),
+            "--python" => o.peers.python = args.next().map(PathBuf::from),
             other => {
                 eprintln!(
-                    "usage: loadbench [--quick] [--tree DIR] [--only latency|throughput|loop|search|memory|snapshot|peers] [--litellm BIN] [--portkey START-SERVER.JS] (unknown {other})"
+                    "usage: loadbench [--quick] [--tree DIR] [--only latency|throughput|loop|search|memory|snapshot|peers] [--litellm BIN] [--portkey START-SERVER.JS] [--python PYTHON-WITH-UVICORN] (unknown {other})"
                 );
                 std::process::exit(2);
             }

@@ -1,6 +1,8 @@
 //! Section 7: toolpilot beside the proxies people put in front of a model, LiteLLM's proxy and
-//! Portkey's gateway, against the same mock upstream in one run. `bench/peers` installs the
-//! two at pinned versions outside the repository and passes their paths here.
+//! Portkey's gateway, and beside the bare forwarder (the floor of any proxy here), against the
+//! same upstream in one run: first the in-repo mock, then, with `--python`, a Python upstream on
+//! vLLM's server stack that sends the same bytes (`bench/pymock.py`). `bench/peers` installs
+//! the peers and that Python at pinned versions outside the repository and passes their paths.
 //!
 //! Every target answers the same 3.2 KB agent-style request. Latency is measured sequentially
 //! and interleaved (each round asks every target once, in a rotating order), so a slow moment of
@@ -18,12 +20,16 @@ use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
 use crate::wire;
-use crate::{Opts, agent_body, client, ms, pct, spawn_mock, spawn_toolpilot};
+use crate::{
+    Opts, agent_body, client, ms, pct, spawn_bare, spawn_bare_with, spawn_mock, spawn_toolpilot,
+};
 
 /// Where the peers' programs are (`--litellm`, `--portkey`).
 pub struct PeerPaths {
     pub litellm: Option<PathBuf>,
     pub portkey: Option<PathBuf>,
+    /// A Python with uvicorn, uvloop and httptools, for the Python upstream (`bench/pymock.py`).
+    pub python: Option<PathBuf>,
 }
 
 /// One thing requests are sent to.
@@ -32,6 +38,8 @@ pub struct Target {
     /// The base URL, ending in `/v1`.
     pub url: String,
     pub headers: Vec<(String, String)>,
+    /// LiteLLM or Portkey: a proxy toolpilot is compared with.
+    pub peer: bool,
     pub _child: Option<Child>,
 }
 
@@ -42,6 +50,7 @@ impl Target {
             name: name.into(),
             url: url.into(),
             headers: Vec::new(),
+            peer: false,
             _child: None,
         }
     }
@@ -129,6 +138,7 @@ async fn spawn_litellm(dir: &Path, bin: &Path, mock: &str) -> Target {
         name: format!("LiteLLM {}", version_of(bin, "?")),
         url: format!("http://127.0.0.1:{port}/v1"),
         headers: vec![("authorization".into(), format!("Bearer {LITELLM_KEY}"))],
+        peer: true,
         _child: Some(child),
     }
 }
@@ -153,6 +163,7 @@ async fn spawn_portkey(script: &Path, mock: &str) -> Target {
             ("x-portkey-provider".into(), "openai".into()),
             ("x-portkey-custom-host".into(), mock.to_string()),
         ],
+        peer: true,
         _child: Some(child),
     }
 }
@@ -305,24 +316,142 @@ pub async fn load(t: &Target, body: &Value, clients: usize, secs: u64) -> Load {
     }
 }
 
+/// Starts `bench/pymock.py` on `python`, answering with the bytes `mock` gives for the agent
+/// body, streamed and not.
+async fn spawn_pymock(dir: &Path, python: &Path, mock: &str) -> Target {
+    let c = client();
+    for (stream, file) in [(false, "pymock-whole.json"), (true, "pymock-stream.sse")] {
+        let body = c
+            .post(format!("{mock}/chat/completions"))
+            .header("content-type", "application/json")
+            .body(agent_body(stream).to_string())
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        std::fs::write(dir.join(file), &body).unwrap();
+    }
+    let port = free_port();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/pymock.py");
+    let child = Command::new(python)
+        .arg(&script)
+        .arg(port.to_string())
+        .arg(dir.join("pymock-whole.json"))
+        .arg(dir.join("pymock-stream.sse"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", python.display()));
+    let t = Target {
+        name: "the Python upstream directly".into(),
+        url: format!("http://127.0.0.1:{port}/v1"),
+        headers: Vec::new(),
+        peer: false,
+        _child: Some(child),
+    };
+    if let Err(e) = wait_ready(&c, &t, &agent_body(false)).await {
+        panic!("the Python upstream did not answer: {e}");
+    }
+    t
+}
+
+/// The `tools` array toolpilot sends upstream with the agent body, as a recording mock saw it,
+/// written to a file for the bare forwarder to add (and its size in bytes).
+async fn captured_tools(dir: &Path, ws: &Path) -> (PathBuf, usize) {
+    let mock = spawn_mock(
+        dir,
+        "capture",
+        json!({"record": true, "repeat_last": true, "rounds": [{"text": "Hello"}]}),
+    )
+    .await;
+    let tp = spawn_toolpilot(dir, &mock.url, ws, &[]).await;
+    let c = client();
+    let sent = c
+        .post(format!("{}/chat/completions", tp.url))
+        .header("content-type", "application/json")
+        .body(agent_body(false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(sent.status().is_success(), "HTTP {}", sent.status());
+    let base = mock.url.trim_end_matches('/').trim_end_matches("/v1");
+    let log: Value = c
+        .get(format!("{base}/_mock/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tools = &log
+        .as_array()
+        .and_then(|l| l.last())
+        .expect("a recorded request")["body"]["tools"];
+    assert!(tools.is_array(), "toolpilot sent no tools upstream: {log}");
+    let text = serde_json::to_vec(tools).unwrap();
+    let path = dir.join("toolpilot-tools.json");
+    std::fs::write(&path, &text).unwrap();
+    (path, text.len())
+}
+
 pub async fn peers(o: &Opts, dir: &Path, ws: &Path, paths: &PeerPaths) {
-    println!("\n## 7. Beside LiteLLM and Portkey (one run, the same mock)\n");
+    println!("\n## 7. Beside LiteLLM and Portkey (one run, the same upstream)\n");
     let mock = spawn_mock(
         dir,
         "peers",
         json!({"record": false, "repeat_last": true, "rounds": [{"text": "Hello there, streaming world"}]}),
     )
     .await;
-    let tp = spawn_toolpilot(dir, &mock.url, ws, &[]).await;
+    let (tools, tools_len) = captured_tools(dir, ws).await;
+    println!(
+        "toolpilot adds its tools to the request it sends upstream ({} of them, {:.1} KB); \
+         \"bare + tools\" is the bare forwarder adding the same bytes, so that the upstream's \
+         cost of reading them is on both sides and \"toolpilot − (bare + tools)\" is toolpilot's \
+         own work.\n",
+        serde_json::from_slice::<Vec<Value>>(&std::fs::read(&tools).unwrap())
+            .unwrap()
+            .len(),
+        tools_len as f64 / 1024.0
+    );
+    println!("### In front of the in-repo mock (Rust, answers from memory)\n");
+    let direct = Target::plain("the mock directly", &mock.url);
+    against(o, dir, ws, paths, direct, &tools).await;
+    if let Some(python) = &paths.python {
+        println!(
+            "### In front of a Python upstream (uvicorn with uvloop and httptools, the server stack of vLLM's OpenAI server; `bench/pymock.py`, the same answer bytes)\n"
+        );
+        let py = spawn_pymock(dir, python, &mock.url).await;
+        against(o, dir, ws, paths, py, &tools).await;
+    }
+}
+
+/// Every proxy in front of `upstream`, measured in one run against it.
+async fn against(
+    o: &Opts,
+    dir: &Path,
+    ws: &Path,
+    paths: &PeerPaths,
+    upstream: Target,
+    tools: &Path,
+) {
+    let up = upstream.url.clone();
+    let tp = spawn_toolpilot(dir, &up, ws, &[]).await;
+    let bare = spawn_bare(&up).await;
+    let bare_tools = spawn_bare_with(&up, Some(tools)).await;
     let mut targets = vec![
-        Target::plain("the mock directly", &mock.url),
+        upstream,
         Target::plain("toolpilot", &tp.url),
+        Target::plain("bare forwarder", &bare.url),
+        Target::plain("bare + tools", &bare_tools.url),
     ];
     if let Some(bin) = &paths.litellm {
-        targets.push(spawn_litellm(dir, bin, &mock.url).await);
+        targets.push(spawn_litellm(dir, bin, &up).await);
     }
     if let Some(script) = &paths.portkey {
-        targets.push(spawn_portkey(script, &mock.url).await);
+        targets.push(spawn_portkey(script, &up).await);
     }
     let c = client();
     let nonstream = agent_body(false);
@@ -423,7 +552,7 @@ pub async fn peers(o: &Opts, dir: &Path, ws: &Path, paths: &PeerPaths) {
     );
     let rps = |mode: usize, j: usize| loads[mode][j].as_ref().map_or(f64::NAN, |x| x.rps);
     println!(
-        "The mock alone: non-stream {:.3} ms median, time to first token {:.3} ms; {clients} clients: {:.0} req/s non-stream, {:.0} req/s stream.\n",
+        "The upstream alone: non-stream {:.3} ms median, time to first token {:.3} ms; {clients} clients: {:.0} req/s non-stream, {:.0} req/s stream.\n",
         mock_lat(0) * 1000.0,
         mock_lat(1) * 1000.0,
         rps(0, 0),
@@ -446,27 +575,27 @@ pub async fn peers(o: &Opts, dir: &Path, ws: &Path, paths: &PeerPaths) {
             .collect()
     };
     table(
-        "As ratios of the mock in the same run (what survives a change of machine):",
+        "As ratios of the upstream in the same run (what survives a change of machine):",
         &[
             (
-                "added latency, non-stream ÷ the mock's own".into(),
+                "added latency, non-stream ÷ the upstream's own".into(),
                 ratio_lat(0),
             ),
             (
-                "added time to first token ÷ the mock's own".into(),
+                "added time to first token ÷ the upstream's own".into(),
                 ratio_lat(1),
             ),
             (
-                format!("{clients} clients, non-stream ÷ the mock's"),
+                format!("{clients} clients, non-stream ÷ the upstream's"),
                 ratio_thr(0),
             ),
             (
-                format!("{clients} clients, stream ÷ the mock's"),
+                format!("{clients} clients, stream ÷ the upstream's"),
                 ratio_thr(1),
             ),
         ],
     );
-    for j in 2..targets.len() {
+    for j in (2..targets.len()).filter(|&j| targets[j].peer) {
         let lead = |mode: usize| match (&lat[mode][j], &lat[mode][1]) {
             (Some(p), Some(t)) => format!(
                 "{:.0}×",
@@ -487,4 +616,23 @@ pub async fn peers(o: &Opts, dir: &Path, ws: &Path, paths: &PeerPaths) {
             lead_thr(1),
         );
     }
+    // Index 3 is the bare forwarder adding toolpilot's tools.
+    let beyond = |mode: usize| match (&lat[mode][1], &lat[mode][3]) {
+        (Some(t), Some(b)) => format!(
+            "{:+.3} ms",
+            (t.added.unwrap_or(f64::NAN) - b.added.unwrap_or(f64::NAN)) * 1000.0
+        ),
+        _ => "-".into(),
+    };
+    let share = |mode: usize| match (&loads[mode][1], &loads[mode][3]) {
+        (Some(t), Some(b)) => format!("{:.2}×", t.rps / b.rps.max(1e-9)),
+        _ => "-".into(),
+    };
+    println!(
+        "- toolpilot beyond the bare forwarder sending the same tools (difference of the added medians): {} non-stream, {} on time to first token; its throughput {} (non-stream) and {} (stream) of that forwarder's\n",
+        beyond(0),
+        beyond(1),
+        share(0),
+        share(1),
+    );
 }
