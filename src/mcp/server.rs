@@ -641,6 +641,28 @@ fn program_exists(command: &str, path: Option<&str>, dir: &std::path::Path) -> b
 async fn serve(s: &Server, conn: Connection) -> String {
     let Connection { running, child } = conn;
     let peer = running.peer().clone();
+    // A server on the session-less revision sends list changes on a listen stream. It is
+    // opened, and acknowledged, before the server is marked ready: a change made by the first
+    // call (a tool that adds a tool) must not go out before anyone listens.
+    let modern = peer
+        .peer_info()
+        .is_some_and(|i| i.protocol_version == ProtocolVersion::V_2026_07_28);
+    let subscription = if modern {
+        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        match tokio::time::timeout(s.config.call_timeout, peer.listen(filter)).await {
+            Ok(Ok(sub)) => Some(sub),
+            Ok(Err(e)) => {
+                tracing::warn!(server = %s.config.name, error = %e, "MCP server refused to send tool list changes; its list is read once");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(server = %s.config.name, "MCP server did not acknowledge the subscription to tool list changes; its list is read once");
+                None
+            }
+        }
+    } else {
+        None
+    };
     {
         let mut st = s.state();
         st.phase = Phase::Ready;
@@ -654,19 +676,11 @@ async fn serve(s: &Server, conn: Connection) -> String {
     }
     s.settled.send_replace(true);
     tracing::info!(server = %s.config.name, "MCP server ready");
-    // A server on the session-less revision sends list changes on a listen stream.
-    let modern = peer
-        .peer_info()
-        .is_some_and(|i| i.protocol_version == ProtocolVersion::V_2026_07_28);
-    let listener = modern.then(|| {
-        let peer = peer.clone();
+    let listener = subscription.map(|mut sub| {
         let refresh = Arc::clone(&s.refresh);
         tokio::spawn(async move {
-            let filter = SubscriptionFilter::builder().tools_list_changed().build();
-            if let Ok(mut sub) = peer.listen(filter).await {
-                while let Ok(Some(_)) = sub.next().await {
-                    refresh.notify_one();
-                }
+            while let Ok(Some(_)) = sub.next().await {
+                refresh.notify_one();
             }
         })
     });
