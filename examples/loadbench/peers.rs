@@ -359,8 +359,14 @@ async fn spawn_pymock(dir: &Path, python: &Path, mock: &str) -> Target {
 }
 
 /// The `tools` array toolpilot sends upstream with the agent body, as a recording mock saw it,
-/// written to a file for the bare forwarder to add (and its size in bytes).
-async fn captured_tools(dir: &Path, ws: &Path) -> (PathBuf, usize) {
+/// written to a file for the bare forwarder to add.
+struct CapturedTools {
+    path: PathBuf,
+    count: usize,
+    bytes: usize,
+}
+
+async fn captured_tools(dir: &Path, ws: &Path) -> CapturedTools {
     let mock = spawn_mock(
         dir,
         "capture",
@@ -390,11 +396,18 @@ async fn captured_tools(dir: &Path, ws: &Path) -> (PathBuf, usize) {
         .as_array()
         .and_then(|l| l.last())
         .expect("a recorded request")["body"]["tools"];
-    assert!(tools.is_array(), "toolpilot sent no tools upstream: {log}");
+    let count = tools
+        .as_array()
+        .unwrap_or_else(|| panic!("toolpilot sent no tools upstream: {log}"))
+        .len();
     let text = serde_json::to_vec(tools).unwrap();
     let path = dir.join("toolpilot-tools.json");
     std::fs::write(&path, &text).unwrap();
-    (path, text.len())
+    CapturedTools {
+        path,
+        count,
+        bytes: text.len(),
+    }
 }
 
 pub async fn peers(o: &Opts, dir: &Path, ws: &Path, paths: &PeerPaths) {
@@ -405,26 +418,25 @@ pub async fn peers(o: &Opts, dir: &Path, ws: &Path, paths: &PeerPaths) {
         json!({"record": false, "repeat_last": true, "rounds": [{"text": "Hello there, streaming world"}]}),
     )
     .await;
-    let (tools, tools_len) = captured_tools(dir, ws).await;
+    let captured = captured_tools(dir, ws).await;
     println!(
         "toolpilot adds its tools to the request it sends upstream ({} of them, {:.1} KB); \
          \"bare + tools\" is the bare forwarder adding the same bytes, so that the upstream's \
          cost of reading them is on both sides and \"toolpilot − (bare + tools)\" is toolpilot's \
          own work.\n",
-        serde_json::from_slice::<Vec<Value>>(&std::fs::read(&tools).unwrap())
-            .unwrap()
-            .len(),
-        tools_len as f64 / 1024.0
+        captured.count,
+        captured.bytes as f64 / 1024.0
     );
+    let tools = &captured.path;
     println!("### In front of the in-repo mock (Rust, answers from memory)\n");
     let direct = Target::plain("the mock directly", &mock.url);
-    against(o, dir, ws, paths, direct, &tools).await;
+    against(o, dir, ws, paths, direct, tools).await;
     if let Some(python) = &paths.python {
         println!(
             "### In front of a Python upstream (uvicorn with uvloop and httptools, the server stack of vLLM's OpenAI server; `bench/pymock.py`, the same answer bytes)\n"
         );
         let py = spawn_pymock(dir, python, &mock.url).await;
-        against(o, dir, ws, paths, py, &tools).await;
+        against(o, dir, ws, paths, py, tools).await;
     }
 }
 
@@ -441,6 +453,10 @@ async fn against(
     let tp = spawn_toolpilot(dir, &up, ws, &[]).await;
     let bare = spawn_bare(&up).await;
     let bare_tools = spawn_bare_with(&up, Some(tools)).await;
+    // The order the summary lines below rely on: the upstream, toolpilot, the two forwarders,
+    // then the peers.
+    const TOOLPILOT: usize = 1;
+    const BARE_TOOLS: usize = 3;
     let mut targets = vec![
         upstream,
         Target::plain("toolpilot", &tp.url),
@@ -616,15 +632,14 @@ async fn against(
             lead_thr(1),
         );
     }
-    // Index 3 is the bare forwarder adding toolpilot's tools.
-    let beyond = |mode: usize| match (&lat[mode][1], &lat[mode][3]) {
+    let beyond = |mode: usize| match (&lat[mode][TOOLPILOT], &lat[mode][BARE_TOOLS]) {
         (Some(t), Some(b)) => format!(
             "{:+.3} ms",
             (t.added.unwrap_or(f64::NAN) - b.added.unwrap_or(f64::NAN)) * 1000.0
         ),
         _ => "-".into(),
     };
-    let share = |mode: usize| match (&loads[mode][1], &loads[mode][3]) {
+    let share = |mode: usize| match (&loads[mode][TOOLPILOT], &loads[mode][BARE_TOOLS]) {
         (Some(t), Some(b)) => format!("{:.2}×", t.rps / b.rps.max(1e-9)),
         _ => "-".into(),
     };
