@@ -104,6 +104,9 @@ pub struct Prompt {
     workspace: Arc<Workspace>,
     pub config: PromptConfig,
     cache: Mutex<Option<(Instant, Arc<Snapshot>)>>,
+    /// Held while a run loads the snapshot, so that the runs that find it stale meanwhile wait
+    /// for that load instead of each starting its own.
+    loading: tokio::sync::Mutex<()>,
 }
 
 impl Prompt {
@@ -112,6 +115,7 @@ impl Prompt {
             workspace,
             config,
             cache: Mutex::new(None),
+            loading: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -134,6 +138,14 @@ impl Prompt {
     /// [`SNAPSHOT_TTL`] (rules and skills are files: reading them must not hold up the async
     /// threads that serve other requests).
     pub async fn refresh(self: &Arc<Self>) -> Arc<Snapshot> {
+        if let Some(snap) = self.cached(SNAPSHOT_TTL) {
+            return snap;
+        }
+        // One load at a time: on a busy server every request in flight finds the snapshot
+        // stale at the same moment, and as many loads at once (each reading the rules and
+        // listing the workspace's top level) held them all up for seconds on a large
+        // workspace. The first loads; the others wait for it and take its snapshot.
+        let _loading = self.loading.lock().await;
         if let Some(snap) = self.cached(SNAPSHOT_TTL) {
             return snap;
         }
@@ -575,6 +587,32 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_that_find_the_snapshot_stale_together_share_one_load() {
+        let tmp = tempfile::tempdir().unwrap();
+        for i in 0..300 {
+            std::fs::write(tmp.path().join(format!("f{i}")), "x").unwrap();
+        }
+        let ws = Arc::new(crate::workspace::Workspace::open(tmp.path(), &[]).unwrap());
+        let prompt = Arc::new(Prompt::new(ws, PromptConfig::default()));
+        // Nothing is cached yet: every one of these finds the snapshot stale.
+        let waits: Vec<_> = (0..16)
+            .map(|_| {
+                let p = Arc::clone(&prompt);
+                tokio::spawn(async move { p.refresh().await })
+            })
+            .collect();
+        let mut snaps = Vec::new();
+        for w in waits {
+            snaps.push(w.await.unwrap());
+        }
+        assert!(
+            snaps.iter().all(|s| Arc::ptr_eq(s, &snaps[0])),
+            "each run loaded its own snapshot"
+        );
+        assert_eq!(snaps[0].listing_total, 300);
+    }
 
     #[test]
     fn dates_are_civil() {
