@@ -313,11 +313,12 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
             _ = signals.next() => exit_now(&watched),
         }
     });
-    let serve = server::serve(listener, state, async {
-        let _ = first_rx.await;
-    });
+    let mut workers =
+        server::start(listener, state).map_err(|e| format!("cannot start serving: {e}"))?;
     let result = tokio::select! {
-        r = serve => r,
+        r = workers.run_until(async {
+            let _ = first_rx.await;
+        }) => r,
         Ok(()) = done_rx => {
             tracing::warn!("closing the connections of clients that did not read their answer");
             Ok(())
@@ -328,6 +329,8 @@ async fn serve(common: CommonArgs, bind: Option<SocketAddr>) -> Result<(), Strin
     if let Some(mcp) = engine_runs.registry.mcp() {
         mcp.shutdown(std::time::Duration::from_secs(5)).await;
     }
+    // The serving threads ran the jobs' supervisors until now; what is left on them ends here.
+    drop(workers);
     // The run recorder writes periodically: write the last events now. (Paused runs are
     // written, synced, when they pause.)
     engine_runs.runs.flush();

@@ -48,6 +48,10 @@ pub struct ServerConfig {
     /// Put an MCP call's `ask` to the MCP client too (elicitation), when it declared them. The
     /// client's answer approves like `--yes` (never what only a person may approve).
     pub mcp_elicitation: bool,
+    /// Threads that accept and serve connections, each with its own event loop and its own
+    /// upstream connections, so that a request is read, sent upstream and answered by one
+    /// thread. At least 1 (`workers = 0` in the file means one per CPU core).
+    pub workers: usize,
 }
 
 /// The admin token and where it came from.
@@ -154,6 +158,24 @@ pub(super) struct ServerFile {
     pub(super) shutdown_grace_secs: Option<f64>,
     pub(super) mcp: Option<bool>,
     pub(super) mcp_elicitation: Option<bool>,
+    pub(super) workers: Option<usize>,
+}
+
+/// The most worker threads `server.workers` accepts.
+pub const MAX_WORKERS: usize = 256;
+
+/// `server.workers`: 0 or unset is one per CPU core the process may use.
+fn workers(n: Option<usize>) -> Result<usize, ConfigError> {
+    match n {
+        Some(n) if n > MAX_WORKERS => Err(err(format!(
+            "server.workers: {n} is more than {MAX_WORKERS}; one thread per CPU core (0, the \
+             default) serves best"
+        ))),
+        Some(n) if n > 0 => Ok(n),
+        _ => Ok(std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_WORKERS)),
+    }
 }
 
 pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, ConfigError> {
@@ -205,6 +227,7 @@ pub(super) fn resolve(s: ServerFile, env: &Env<'_>) -> Result<ServerConfig, Conf
         shutdown_grace: secs("server.shutdown_grace_secs", s.shutdown_grace_secs, 10.0)?,
         mcp: s.mcp.unwrap_or(true),
         mcp_elicitation: s.mcp_elicitation.unwrap_or(true),
+        workers: workers(s.workers)?,
     })
 }
 

@@ -83,6 +83,7 @@ fn the_example_config_loads_and_documents_every_key() {
         "shutdown_grace_secs",
         "mcp",
         "mcp_elicitation",
+        "workers",
         "progress",
         "detach",
         "models",
@@ -497,6 +498,26 @@ fn errors_name_the_key() {
         c.prompt.global_dir.as_deref(),
         Some(std::path::Path::new("/home/test/rules-home"))
     );
+}
+
+#[test]
+fn workers_default_to_one_per_core_and_are_bounded() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let c = load("", &[], CommonArgs::default()).unwrap();
+    assert_eq!(c.server.workers, cores);
+    let c = load("[server]\nworkers = 0\n", &[], CommonArgs::default()).unwrap();
+    assert_eq!(c.server.workers, cores);
+    let c = load(
+        "",
+        &[("TOOLPILOT_SERVER__WORKERS", "3")],
+        CommonArgs::default(),
+    )
+    .unwrap();
+    assert_eq!(c.server.workers, 3);
+    let e = load("[server]\nworkers = 100000\n", &[], CommonArgs::default()).unwrap_err();
+    assert!(e.contains("server.workers: 100000 is more than 256"), "{e}");
+    let e = load("[server]\nworkers = -1\n", &[], CommonArgs::default()).unwrap_err();
+    assert!(e.contains("server.workers"), "{e}");
 }
 
 #[test]

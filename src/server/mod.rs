@@ -15,6 +15,7 @@ pub mod routes;
 pub mod run;
 pub mod sse;
 pub mod stream;
+pub mod workers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -193,12 +194,18 @@ pub fn console_url(addr: SocketAddr, token: &str) -> String {
     format!("http://{addr}/#admin={token}")
 }
 
-/// Serves until `shutdown` resolves, then finishes in-flight requests.
+/// Serves until `shutdown` resolves, then finishes in-flight requests. The serving threads
+/// end when this returns (see [`start`] to keep them while cleaning up).
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    start(listener, state)?.run_until(shutdown).await
+}
+
+/// Starts serving on `server.workers` threads ([`workers`]) and logs the console's address.
+pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<workers::Workers> {
     let addr = listener.local_addr()?;
     let token = &state.server.admin_token;
     if token.from_env {
@@ -227,17 +234,9 @@ pub async fn serve(
             console_url(addr, token.value())
         );
     }
-    let app = router(state);
-    // Small SSE writes must leave at once: no Nagle delay.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    let connections = workers::Connections::new(state.server.workers);
+    let app = router(state).layer(axum::Extension(connections.clone()));
+    workers::Workers::start(listener, app, connections)
 }
 
 async fn run_id_layer(mut req: Request, next: Next) -> Response {

@@ -693,11 +693,21 @@ pub async fn run_events(State(state): State<AppState>, Path(id): Path<String>) -
 }
 
 /// `GET /metrics`: Prometheus text format.
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub async fn metrics(
+    State(state): State<AppState>,
+    connections: Option<axum::Extension<super::workers::Connections>>,
+) -> Response {
+    use std::fmt::Write as _;
     let engine = &state.engine;
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        engine.runs.prometheus(engine.approvals.list().len()),
-    )
-        .into_response()
+    let mut text = engine.runs.prometheus(engine.approvals.list().len());
+    if let Some(axum::Extension(c)) = connections {
+        text.push_str(
+            "# HELP toolpilot_connections Open client connections, by the thread serving them \
+             (server.workers).\n# TYPE toolpilot_connections gauge\n",
+        );
+        for (i, n) in c.counts().iter().enumerate() {
+            let _ = writeln!(text, "toolpilot_connections{{worker=\"{i}\"}} {n}");
+        }
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -228,8 +228,30 @@ impl RoundStream {
     }
 }
 
+/// How many connection pools each HTTP upstream can keep (one per server worker thread; a
+/// thread whose number is higher shares one, see [`use_pool`]).
+const POOLS: usize = 64;
+
+thread_local! {
+    /// The connection pool this thread's requests use.
+    static POOL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Makes this thread's requests to every upstream use connection pool `n`. The server gives
+/// each of its worker threads its own: a connection is driven by the event loop of the thread
+/// that opened it, so a pool shared between threads would hand each read and write of a
+/// request to another thread and back. Threads that never call this share pool 0.
+pub fn use_pool(n: usize) {
+    POOL.with(|p| p.set(n % POOLS));
+}
+
 pub struct HttpUpstream {
+    /// Pool 0's client, built at start-up.
     client: reqwest::Client,
+    /// The other pools' clients, each built by the first request made from a thread that
+    /// uses it.
+    pools: Box<[std::sync::OnceLock<reqwest::Client>]>,
+    headers: reqwest::header::HeaderMap,
     chat_url: url::Url,
     models_url: url::Url,
     /// The server's root (the base URL without a final `v1/`), where Ollama's, llama.cpp's
@@ -286,28 +308,8 @@ impl HttpUpstream {
             })?;
             headers.insert(name, value);
         }
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(cfg.connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(1024)
-            .tcp_nodelay(true)
-            // reqwest's gzip support is on for the web tools; the model's stream stays
-            // uncompressed, as before, so no decoder sits between a token and the client.
-            .no_gzip()
-            .default_headers(headers)
-            .user_agent(concat!("toolpilot/", env!("CARGO_PKG_VERSION")));
-        let loopback = match cfg.base_url.host() {
-            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-            Some(url::Host::Domain(d)) => d == "localhost",
-            None => false,
-        };
-        if loopback {
-            builder = builder.no_proxy();
-        }
-        let client = builder
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let client = Self::build_client(&cfg, &headers)?;
+        let pools = (1..POOLS).map(|_| std::sync::OnceLock::new()).collect();
         let root = match cfg.base_url.path().strip_suffix("v1/") {
             Some(p) => {
                 let mut r = cfg.base_url.clone();
@@ -323,12 +325,55 @@ impl HttpUpstream {
         };
         Ok(HttpUpstream {
             client,
+            pools,
+            headers,
             chat_url,
             models_url,
             root,
             wire,
             cfg,
         })
+    }
+
+    fn build_client(
+        cfg: &UpstreamConfig,
+        headers: &reqwest::header::HeaderMap,
+    ) -> Result<reqwest::Client, String> {
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(cfg.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(1024)
+            .tcp_nodelay(true)
+            // reqwest's gzip support is on for the web tools; the model's stream stays
+            // uncompressed, as before, so no decoder sits between a token and the client.
+            .no_gzip()
+            .default_headers(headers.clone())
+            .user_agent(concat!("toolpilot/", env!("CARGO_PKG_VERSION")));
+        let loopback = match cfg.base_url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(d)) => d == "localhost",
+            None => false,
+        };
+        if loopback {
+            builder = builder.no_proxy();
+        }
+        builder
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))
+    }
+
+    /// The client of this thread's pool ([`use_pool`]).
+    fn client(&self) -> &reqwest::Client {
+        let n = POOL.with(std::cell::Cell::get);
+        match n.checked_sub(1).and_then(|i| self.pools.get(i)) {
+            None => &self.client,
+            // The settings built pool 0's client at start-up, so this cannot fail in practice;
+            // if it did, sharing pool 0 still works.
+            Some(slot) => slot.get_or_init(|| {
+                Self::build_client(&self.cfg, &self.headers).unwrap_or_else(|_| self.client.clone())
+            }),
+        }
     }
 
     /// The protocol to speak: as configured, or (kind `auto`) Ollama's own when the server
@@ -434,7 +479,7 @@ impl HttpUpstream {
     }
 
     fn request(&self, method: reqwest::Method, url: &url::Url) -> reqwest::RequestBuilder {
-        let mut r = self.client.request(method, url.clone());
+        let mut r = self.client().request(method, url.clone());
         if let Some(key) = &self.cfg.api_key {
             r = r.bearer_auth(key);
         }

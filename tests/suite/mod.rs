@@ -33,3 +33,4 @@ mod textcalls;
 mod tools;
 mod upstreams;
 mod web;
+mod workers;
