@@ -16,6 +16,23 @@ async fn connections(s: &TestServer) -> Vec<usize> {
         .collect()
 }
 
+/// The answer to a chat request sent over `c`'s own connection.
+async fn answer_over(c: &reqwest::Client, s: &TestServer) -> String {
+    let r = to_reply(
+        c.post(s.url("/v1/chat/completions"))
+            .body(ask("hi").to_string())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 #[tokio::test]
 async fn connections_are_spread_evenly_over_the_worker_threads() {
     let s = TestServer::builder()
@@ -53,16 +70,7 @@ async fn each_worker_thread_reaches_the_upstream_over_its_own_connections() {
     // second connects while the first is open, so it goes to the other thread).
     let (a, b) = (client(), client());
     for (c, want) in [(&a, "a1"), (&b, "b1"), (&a, "a2"), (&b, "b2")] {
-        let r = to_reply(
-            c.post(s.url("/v1/chat/completions"))
-                .body(ask("hi").to_string())
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        assert_eq!(r.status, 200, "{}", r.text);
-        assert_eq!(r.body["choices"][0]["message"]["content"], want);
+        assert_eq!(answer_over(c, &s).await, want);
     }
     let peers: Vec<String> = s
         .requests()
@@ -85,19 +93,7 @@ async fn one_worker_thread_serves_everything() {
         .await;
     let (a, b) = (client(), client());
     for (c, want) in [(&a, "one"), (&b, "two")] {
-        let r = to_reply(
-            c.post(s.url("/v1/chat/completions"))
-                .body(ask("hi").to_string())
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        assert_eq!(
-            r.body["choices"][0]["message"]["content"], want,
-            "{}",
-            r.text
-        );
+        assert_eq!(answer_over(c, &s).await, want);
     }
     assert_eq!(connections(&s).await, [3]);
     let peers: Vec<_> = s.requests().into_iter().map(|r| r.peer).collect();
