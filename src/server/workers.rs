@@ -108,7 +108,7 @@ impl Workers {
             let app = app.clone();
             let stop = workers.stop.clone();
             let finish = workers.finish.clone();
-            let results = results_tx.clone();
+            let mut report = Report(Some(results_tx.clone()));
             // A failed spawn returns here, and dropping `workers` ends the threads started.
             std::thread::Builder::new()
                 .name(format!("http-worker-{me}"))
@@ -122,7 +122,7 @@ impl Workers {
                             tracing::error!(error = %e, "a serving thread stopped; stopping the others");
                             stop.cancel();
                         }
-                        let _ = results.send(served);
+                        report.send(served);
                         // Jobs and detached runs started here go on until the server is done.
                         finish.cancelled().await;
                     });
@@ -175,6 +175,24 @@ impl Drop for Workers {
     fn drop(&mut self) {
         self.stop.cancel();
         self.finish.cancel();
+    }
+}
+
+/// How a thread's accept loop ended, sent once: by the thread, or by the unwinding of a thread
+/// that panicked (so that [`Workers::run_until`] never waits for a thread that is gone).
+struct Report(Option<mpsc::UnboundedSender<io::Result<()>>>);
+
+impl Report {
+    fn send(&mut self, result: io::Result<()>) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(result);
+        }
+    }
+}
+
+impl Drop for Report {
+    fn drop(&mut self) {
+        self.send(Err(io::Error::other("a serving thread panicked")));
     }
 }
 
@@ -393,6 +411,30 @@ mod tests {
             client.read_exact(&mut buf).await.unwrap();
             assert_eq!(&buf, b"pong");
         }
+    }
+
+    #[tokio::test]
+    async fn a_thread_that_ends_without_reporting_is_not_waited_for() {
+        let (tx, results) = mpsc::unbounded_channel();
+        let mut workers = Workers {
+            stop: CancellationToken::new(),
+            finish: CancellationToken::new(),
+            results,
+            pending: 2,
+            error: None,
+        };
+        let mut fine = Report(Some(tx.clone()));
+        let gone = Report(Some(tx));
+        fine.send(Ok(()));
+        // A thread that panicked: its report is dropped unsent.
+        std::thread::spawn(move || {
+            let _report = gone;
+            panic!("the serving thread fails");
+        })
+        .join()
+        .unwrap_err();
+        let ended = workers.run_until(std::future::pending()).await;
+        assert_eq!(ended.unwrap_err().to_string(), "a serving thread panicked");
     }
 
     #[tokio::test]
