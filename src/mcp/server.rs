@@ -323,18 +323,22 @@ impl Child {
     /// is left of the group, such as the node process `npx` started), reaps the leader, and
     /// says how it ended.
     async fn end(mut self) -> String {
+        use std::os::unix::process::ExitStatusExt as _;
         let status = match self.process.try_wait() {
             Ok(Some(status)) => Some(status),
             _ => {
                 self.signal(rustix::process::Signal::TERM);
-                if tokio::time::timeout(Duration::from_secs(2), self.process.wait())
-                    .await
-                    .is_err()
-                {
-                    self.signal(rustix::process::Signal::KILL);
-                    let _ = self.process.wait().await;
+                match tokio::time::timeout(Duration::from_secs(2), self.process.wait()).await {
+                    // A server whose output has just ended is often exiting on its own when
+                    // the signal comes: an exit code is its own ending, not the signal's.
+                    Ok(Ok(status)) if status.signal().is_none() => Some(status),
+                    Ok(_) => None,
+                    Err(_) => {
+                        self.signal(rustix::process::Signal::KILL);
+                        let _ = self.process.wait().await;
+                        None
+                    }
                 }
-                None
             }
         };
         self.signal(rustix::process::Signal::KILL);
@@ -711,5 +715,51 @@ async fn serve(s: &Server, conn: Connection) -> String {
     match child {
         Some(c) => format!("{ended}: {}", c.end().await),
         None => ended,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server process as `spawn` starts one (leading its own process group), once `script`
+    /// has printed `ready`.
+    async fn child(script: &str) -> Child {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut process = tokio::process::Command::new("sh")
+            .args(["-c", script])
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let out = process.stdout.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(out).lines();
+        assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("ready"));
+        let group = process
+            .id()
+            .and_then(|id| rustix::process::Pid::from_raw(id as i32));
+        Child {
+            process,
+            stderr: Arc::default(),
+            group,
+            ended: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_exiting_on_its_own_as_it_is_ended_is_reported_with_its_status() {
+        // Still running when `end` looks, then exits with its own code while the TERM it gets
+        // is ignored: what ended it was the server, not the signal.
+        let c = child("trap '' TERM; echo ready; sleep 0.3; exit 3").await;
+        let said = c.end().await;
+        assert!(said.contains("exited (exit status: 3)"), "{said}");
+    }
+
+    #[tokio::test]
+    async fn a_server_ended_by_the_signal_was_stopped() {
+        let c = child("echo ready; sleep 30").await;
+        let said = c.end().await;
+        assert!(said.starts_with("the process was stopped"), "{said}");
     }
 }
