@@ -90,13 +90,7 @@ impl Workers {
         drop(listener);
         let inboxes: Arc<[mpsc::UnboundedSender<Handed>]> = inboxes.into();
         let (results_tx, results) = mpsc::unbounded_channel();
-        let mut workers = Workers {
-            stop: CancellationToken::new(),
-            finish: CancellationToken::new(),
-            results,
-            pending: 0,
-            error: None,
-        };
+        let mut workers = Workers::reporting_to(results);
         for (me, (runtime, listener, inbox)) in prepared.into_iter().enumerate() {
             let accept = Balanced {
                 listener,
@@ -130,6 +124,17 @@ impl Workers {
             workers.pending += 1;
         }
         Ok(workers)
+    }
+
+    /// No thread yet; the threads started will report on `results`.
+    fn reporting_to(results: mpsc::UnboundedReceiver<io::Result<()>>) -> Workers {
+        Workers {
+            stop: CancellationToken::new(),
+            finish: CancellationToken::new(),
+            results,
+            pending: 0,
+            error: None,
+        }
     }
 
     /// Stops accepting; the requests in flight finish.
@@ -416,13 +421,8 @@ mod tests {
     #[tokio::test]
     async fn a_thread_that_ends_without_reporting_is_not_waited_for() {
         let (tx, results) = mpsc::unbounded_channel();
-        let mut workers = Workers {
-            stop: CancellationToken::new(),
-            finish: CancellationToken::new(),
-            results,
-            pending: 2,
-            error: None,
-        };
+        let mut workers = Workers::reporting_to(results);
+        workers.pending = 2;
         let mut fine = Report(Some(tx.clone()));
         let gone = Report(Some(tx));
         fine.send(Ok(()));
