@@ -7,6 +7,7 @@
 //! `finish_reason`, then (if asked) a usage chunk with empty `choices`, then `[DONE]`.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::openai::{ToolCall, Usage};
@@ -119,34 +120,59 @@ impl ChunkEncoder {
         finish_reason: &str,
         usage: &Usage,
     ) -> Bytes {
-        let mut message = serde_json::Map::new();
-        message.insert("role".into(), Value::from("assistant"));
-        message.insert(
-            "content".into(),
-            if content.is_empty() && !tool_calls.is_empty() {
-                Value::Null
-            } else {
-                Value::from(content)
-            },
-        );
-        if !reasoning.is_empty() {
-            message.insert("reasoning_content".into(), Value::from(reasoning));
-        }
-        if !tool_calls.is_empty() {
-            message.insert(
-                "tool_calls".into(),
-                Value::Array(tool_calls.iter().map(ToolCall::to_json).collect()),
-            );
-        }
-        let v = json!({
-            "id": self.id, "object": "chat.completion", "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason,
-                         "logprobs": null}],
-            "usage": usage,
-        });
-        Bytes::from(v.to_string())
+        let tool_calls: Vec<Value> = tool_calls.iter().map(ToolCall::to_json).collect();
+        let body = Completion {
+            choices: [CompletionChoice {
+                finish_reason,
+                index: 0,
+                logprobs: (),
+                message: CompletionMessage {
+                    content: (!content.is_empty() || tool_calls.is_empty()).then_some(content),
+                    reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
+                    role: "assistant",
+                    tool_calls,
+                },
+            }],
+            created: self.created,
+            id: &self.id,
+            model: &self.model,
+            object: "chat.completion",
+            usage,
+        };
+        Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
     }
+}
+
+/// The non-streamed `chat.completion` body, written straight from borrowed fields (no map is
+/// built). Fields are in alphabetical order, the order the body always had.
+#[derive(Serialize)]
+struct Completion<'a> {
+    choices: [CompletionChoice<'a>; 1],
+    created: u64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+    usage: &'a Usage,
+}
+
+#[derive(Serialize)]
+struct CompletionChoice<'a> {
+    finish_reason: &'a str,
+    index: u32,
+    /// Always `null`.
+    logprobs: (),
+    message: CompletionMessage<'a>,
+}
+
+#[derive(Serialize)]
+struct CompletionMessage<'a> {
+    /// `null` when the answer is only tool calls.
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+    role: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<Value>,
 }
 
 /// Appends `s` as a JSON string literal.
@@ -218,5 +244,39 @@ mod tests {
         let v = parse(&b);
         assert_eq!(v["choices"][0]["delta"]["tool_calls"][0]["id"], "c");
         assert!(v["choices"][0]["delta"].get("content").is_none());
+    }
+
+    /// The non-streamed body, byte for byte: keys in the order it always had, `content` null
+    /// only when the answer is calls alone, `reasoning_content` and `tool_calls` only when
+    /// there are some, strings escaped.
+    #[test]
+    fn the_completion_body_is_exact() {
+        let mut enc = ChunkEncoder::new("r1", "m\"x");
+        enc.created = 7;
+        let usage = Usage {
+            prompt_tokens: 1,
+            completion_tokens: 2,
+            total_tokens: 3,
+        };
+        let text = enc.completion("a \"b\"\n", "", &[], "stop", &usage);
+        assert_eq!(
+            std::str::from_utf8(&text).unwrap(),
+            r#"{"choices":[{"finish_reason":"stop","index":0,"logprobs":null,"message":{"content":"a \"b\"\n","role":"assistant"}}],"created":7,"id":"chatcmpl-r1","model":"m\"x","object":"chat.completion","usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}"#
+        );
+        let call = ToolCall {
+            id: "c".into(),
+            name: "ls".into(),
+            arguments: "{}".into(),
+            kind: None,
+        };
+        let calls = enc.completion("", "why", std::slice::from_ref(&call), "tool_calls", &usage);
+        assert_eq!(
+            std::str::from_utf8(&calls).unwrap(),
+            r#"{"choices":[{"finish_reason":"tool_calls","index":0,"logprobs":null,"message":{"content":null,"reasoning_content":"why","role":"assistant","tool_calls":[{"function":{"arguments":"{}","name":"ls"},"id":"c","type":"function"}]}}],"created":7,"id":"chatcmpl-r1","model":"m\"x","object":"chat.completion","usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}"#
+        );
+        // Text beside calls is kept.
+        let both = enc.completion("t", "", std::slice::from_ref(&call), "tool_calls", &usage);
+        let v: Value = serde_json::from_slice(&both).unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], "t");
     }
 }

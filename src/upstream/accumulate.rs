@@ -148,10 +148,11 @@ impl Accumulator {
             Some(list) => list.first(),
         };
         if let Some(ch) = choice {
-            if ch.message.is_some() || ch.index.is_some_and(|i| i != 0) {
+            if ch.index.is_some_and(|i| i != 0) || (ch.delta.is_some() && ch.message.is_some()) {
                 return false;
             }
-            if let Some(d) = &ch.delta
+            // A whole message (a non-streamed answer) without calls reads like a delta.
+            if let Some(d) = ch.delta.as_ref().or(ch.message.as_ref())
                 && (d.tool_calls.is_some() || d.function_call.is_some())
             {
                 return false;
@@ -181,7 +182,9 @@ impl Accumulator {
         {
             self.round.finish_reason = Some(fr.to_string());
         }
-        let Some(d) = &ch.delta else { return true };
+        let Some(d) = ch.delta.as_ref().or(ch.message.as_ref()) else {
+            return true;
+        };
         for r in [&d.reasoning_content, &d.reasoning].into_iter().flatten() {
             if !r.is_empty() {
                 self.round.reasoning.push_str(r);
@@ -437,8 +440,9 @@ mod fast {
         pub index: Option<u64>,
         #[serde(borrow, default)]
         pub delta: Option<Delta<'a>>,
-        #[serde(default)]
-        pub message: Option<IgnoredAny>,
+        /// A non-streamed answer's whole message: the same fields as a delta.
+        #[serde(borrow, default)]
+        pub message: Option<Delta<'a>>,
         #[serde(borrow, default)]
         pub finish_reason: Option<Cow<'a, str>>,
     }
@@ -866,6 +870,42 @@ mod tests {
             vec![call("a", "ls", "{}"), call("b", "ls", "{}")]
         );
         assert_eq!(r.usage.unwrap().total_tokens, 7);
+    }
+
+    /// A non-streamed answer is read without building a `Value` when it is plain text; each
+    /// of these bodies must come out exactly as the general path reads it (those with calls,
+    /// content parts or two choices take the general path).
+    #[test]
+    fn a_whole_message_reads_the_same_on_both_paths() {
+        let bodies = [
+            r#"{"id":"x","model":"m1","choices":[{"index":0,"message":{"role":"assistant","content":"Hi \u00e9"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#,
+            r#"{"choices":[{"message":{"content":"a","reasoning_content":"think","tool_calls":null},"finish_reason":"length"}]}"#,
+            r#"{"choices":[{"message":{"content":null,"reasoning":"r"},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"delta":null,"message":{"content":"m"}}]}"#,
+            r#"{"choices":[{"message":null,"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"message":{"content":[{"type":"text","text":"parts"}]}}]}"#,
+            r#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"ls","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"message":{"function_call":{"name":"ls","arguments":"{}"}}}]}"#,
+            r#"{"choices":[{"delta":{"content":"d"},"message":{"content":"m"}}]}"#,
+            r#"{"choices":[{"index":1,"message":{"content":"other"}},{"index":0,"message":{"content":"mine"}}]}"#,
+            r#"{"choices":[{"message":{"content":"see <tool_call>{\"name\": \"ls\", \"arguments\": {}}</tool_call>"}}]}"#,
+        ];
+        let names = std::sync::Arc::new(std::collections::HashSet::from(["ls".to_string()]));
+        for body in bodies {
+            let mut fast = Accumulator::with_tool_names(names.clone());
+            let mut fast_out = vec![];
+            fast.push_data(None, body, &mut fast_out).unwrap();
+            let mut general = Accumulator::with_tool_names(names.clone());
+            let mut general_out = vec![];
+            let v: Value = serde_json::from_str(body).unwrap();
+            general.push_value(None, &v, &mut general_out).unwrap();
+            assert_eq!(fast_out, general_out, "{body}");
+            assert_eq!(
+                fast.finish().map_err(|e| e.to_string()),
+                general.finish().map_err(|e| e.to_string()),
+                "{body}"
+            );
+        }
     }
 
     #[test]
