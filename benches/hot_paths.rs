@@ -89,7 +89,30 @@ fn encode(c: &mut Criterion) {
             black_box(out);
         })
     });
+    let usage = toolpilot::openai::Usage {
+        prompt_tokens: 4146,
+        completion_tokens: 2,
+        total_tokens: 4148,
+    };
+    c.bench_function("server/encode_completion_body", |b| {
+        b.iter(|| black_box(enc.completion(black_box("Hello there"), "", &[], "stop", &usage)))
+    });
     encode_responses(c);
+}
+
+/// A non-streamed answer with text only, as the upstream sends it: read it whole (the
+/// accumulator), then finish the round.
+fn non_streamed(c: &mut Criterion) {
+    let body = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, here is the answer you asked for."},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":4146,"completion_tokens":12,"total_tokens":4158}}"#;
+    c.bench_function("upstream/accumulate_non_streamed_text_answer", |b| {
+        b.iter(|| {
+            let mut acc = Accumulator::new();
+            let mut pieces = Vec::new();
+            acc.push_data(None, black_box(body), &mut pieces).unwrap();
+            black_box(pieces);
+            black_box(acc.finish().unwrap());
+        })
+    });
 }
 
 fn encode_responses(c: &mut Criterion) {
@@ -364,6 +387,14 @@ fn html(c: &mut Criterion) {
 }
 
 criterion_group!(
-    benches, sse, encode, rewrite, policy, context, redaction, html
+    benches,
+    sse,
+    non_streamed,
+    encode,
+    rewrite,
+    policy,
+    context,
+    redaction,
+    html
 );
 criterion_main!(benches);

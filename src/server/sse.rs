@@ -137,14 +137,18 @@ impl ChunkEncoder {
             id: &self.id,
             model: &self.model,
             object: "chat.completion",
-            usage,
+            usage: UsageBody {
+                completion_tokens: usage.completion_tokens,
+                prompt_tokens: usage.prompt_tokens,
+                total_tokens: usage.total_tokens,
+            },
         };
         Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
     }
 }
 
 /// The non-streamed `chat.completion` body, written straight from borrowed fields (no map is
-/// built). Fields are in alphabetical order, the order the body always had.
+/// built). Keys are in alphabetical order at every level, as the body always had them.
 #[derive(Serialize)]
 struct Completion<'a> {
     choices: [CompletionChoice<'a>; 1],
@@ -152,7 +156,15 @@ struct Completion<'a> {
     id: &'a str,
     model: &'a str,
     object: &'static str,
-    usage: &'a Usage,
+    usage: UsageBody,
+}
+
+/// `usage` with its keys in the same order as everywhere else in the body.
+#[derive(Serialize)]
+struct UsageBody {
+    completion_tokens: u64,
+    prompt_tokens: u64,
+    total_tokens: u64,
 }
 
 #[derive(Serialize)]
@@ -261,7 +273,7 @@ mod tests {
         let text = enc.completion("a \"b\"\n", "", &[], "stop", &usage);
         assert_eq!(
             std::str::from_utf8(&text).unwrap(),
-            r#"{"choices":[{"finish_reason":"stop","index":0,"logprobs":null,"message":{"content":"a \"b\"\n","role":"assistant"}}],"created":7,"id":"chatcmpl-r1","model":"m\"x","object":"chat.completion","usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}"#
+            r#"{"choices":[{"finish_reason":"stop","index":0,"logprobs":null,"message":{"content":"a \"b\"\n","role":"assistant"}}],"created":7,"id":"chatcmpl-r1","model":"m\"x","object":"chat.completion","usage":{"completion_tokens":2,"prompt_tokens":1,"total_tokens":3}}"#
         );
         let call = ToolCall {
             id: "c".into(),
@@ -272,7 +284,7 @@ mod tests {
         let calls = enc.completion("", "why", std::slice::from_ref(&call), "tool_calls", &usage);
         assert_eq!(
             std::str::from_utf8(&calls).unwrap(),
-            r#"{"choices":[{"finish_reason":"tool_calls","index":0,"logprobs":null,"message":{"content":null,"reasoning_content":"why","role":"assistant","tool_calls":[{"function":{"arguments":"{}","name":"ls"},"id":"c","type":"function"}]}}],"created":7,"id":"chatcmpl-r1","model":"m\"x","object":"chat.completion","usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}"#
+            r#"{"choices":[{"finish_reason":"tool_calls","index":0,"logprobs":null,"message":{"content":null,"reasoning_content":"why","role":"assistant","tool_calls":[{"function":{"arguments":"{}","name":"ls"},"id":"c","type":"function"}]}}],"created":7,"id":"chatcmpl-r1","model":"m\"x","object":"chat.completion","usage":{"completion_tokens":2,"prompt_tokens":1,"total_tokens":3}}"#
         );
         // Text beside calls is kept.
         let both = enc.completion("t", "", std::slice::from_ref(&call), "tool_calls", &usage);
