@@ -151,8 +151,7 @@ impl Accumulator {
             if ch.index.is_some_and(|i| i != 0) || (ch.delta.is_some() && ch.message.is_some()) {
                 return false;
             }
-            // A whole message (a non-streamed answer) without calls reads like a delta.
-            if let Some(d) = ch.delta.as_ref().or(ch.message.as_ref())
+            if let Some(d) = ch.part()
                 && (d.tool_calls.is_some() || d.function_call.is_some())
             {
                 return false;
@@ -182,9 +181,7 @@ impl Accumulator {
         {
             self.round.finish_reason = Some(fr.to_string());
         }
-        let Some(d) = ch.delta.as_ref().or(ch.message.as_ref()) else {
-            return true;
-        };
+        let Some(d) = ch.part() else { return true };
         for r in [&d.reasoning_content, &d.reasoning].into_iter().flatten() {
             if !r.is_empty() {
                 self.round.reasoning.push_str(r);
@@ -445,6 +442,14 @@ mod fast {
         pub message: Option<Delta<'a>>,
         #[serde(borrow, default)]
         pub finish_reason: Option<Cow<'a, str>>,
+    }
+
+    impl<'a> Choice<'a> {
+        /// What the choice carries: its delta, or a non-streamed answer's whole message, which
+        /// reads the same way when it has no calls.
+        pub fn part(&self) -> Option<&Delta<'a>> {
+            self.delta.as_ref().or(self.message.as_ref())
+        }
     }
 
     #[derive(Deserialize)]
